@@ -1,0 +1,16 @@
+"""ropetut: Rotary Position Embedding kernels in Triton, and the book that builds them.
+
+``runtime`` is imported first: with no CUDA device it sets TRITON_INTERPRET=1 before any
+kernel module is imported, so the same kernels run on CPU tensors through Triton's interpreter.
+"""
+from .runtime import DEVICE, on_gpu, pick, runtime_mode  # noqa: I001  (must come first)
+from .autograd import IMPLS, apply_rope
+from .modules import RoPEAttention, RotaryEmbedding
+from .reference import LlmRotary, rope_reference, rope_rotate_half
+from .tables import half_truncated, partial, rope_tables, standard
+
+__all__ = [
+    "DEVICE", "IMPLS", "LlmRotary", "RoPEAttention", "RotaryEmbedding", "apply_rope",
+    "half_truncated", "on_gpu", "partial", "pick", "rope_reference", "rope_rotate_half",
+    "rope_tables", "runtime_mode", "standard",
+]

@@ -1,0 +1,29 @@
+"""Which way ropetut runs its kernels: compiled on a CUDA GPU, or through Triton's interpreter on the CPU.
+
+This module must be imported before any module that defines a ``@triton.jit`` kernel:
+``triton.jit`` decides at decoration time whether to compile or to interpret, from the
+``TRITON_INTERPRET`` environment variable. ``ropetut/__init__.py`` imports it first.
+"""
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = torch.device("cpu") if INTERPRETED else torch.device("cuda")
+
+
+def runtime_mode() -> str:
+    """'gpu' when kernels compile for CUDA, 'interpreter' when Triton interprets them on the CPU."""
+    return "interpreter" if INTERPRETED else "gpu"
+
+
+def on_gpu() -> bool:
+    return not INTERPRETED
+
+
+def pick(*, gpu, cpu):
+    """The GPU value on a GPU, the CPU value under the interpreter (sizes, repeat counts, ...)."""
+    return gpu if on_gpu() else cpu
