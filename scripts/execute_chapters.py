@@ -1,0 +1,31 @@
+"""Execute chapter notebooks top to bottom, in place, storing outputs and widget state.
+
+    python scripts/execute_chapters.py [chapters/01_rope_from_scratch.ipynb ...]
+
+With no arguments, every notebook in chapters/. Cells tagged ``skip-execution`` are left as
+they are. Prints each notebook's wall time.
+"""
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
+
+
+def execute(path: Path, timeout: int = 900) -> float:
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.time()
+    client.execute()
+    nbformat.write(nb, path)
+    return time.time() - start
+
+
+if __name__ == "__main__":
+    paths = [Path(p) for p in sys.argv[1:]] or sorted(CHAPTERS.glob("*.ipynb"))
+    for path in paths:
+        print(f"{path.name}: {execute(path):.1f} s", flush=True)
