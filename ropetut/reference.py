@@ -55,7 +55,7 @@ def rope_rotate_half(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
 def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, positions=None,
                    interleaved: bool = False, rotary_dim: int | None = None,
                    layout: str = "bthd", inverse: bool = False) -> torch.Tensor:
-    """Standard RoPE (pair turned by +theta) in float64, on the CPU. Returns float64.
+    """Standard RoPE (pair turned by +theta) in float64, on the CPU. Returns float64; differentiable.
 
     x: (B, T, H, D) for layout "bthd", (B, H, T, D) for "bhtd".
     cos, sin: (n_positions, rotary_dim/2) tables, used in float64.
@@ -64,7 +64,7 @@ def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, pos
     rotary_dim: rotate the first rotary_dim dims only (default all); the rest pass through.
     inverse: turn by -theta (the backward of the rotation).
     """
-    x = x.detach().double().cpu()
+    x = x.double().cpu()
     if layout == "bhtd":
         x = x.transpose(1, 2)
     B, T, H, D = x.shape

@@ -1,0 +1,114 @@
+"""Every kernel version against the float64 reference, into NaN-poisoned outputs."""
+import pytest
+import torch
+from conftest import gpu_only, randn, tables
+
+import ropetut
+from ropetut.check import TOLERANCE, check_case, relative_error, run_poisoned
+from ropetut.reference import rope_reference
+
+CPU_DTYPES = [torch.float32, torch.float16]
+PAIRS = {"v1": True, "v2": False, "v3": False, "v4": False, "final": False}
+
+
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=str)
+@pytest.mark.parametrize("impl", ropetut.IMPLS)
+def test_odd_shape_matches_reference(impl, dtype):
+    # D=96 (not a power of two: masked pairs), H=3, T=17 (a partial token block)
+    err = check_case(impl, B=2, T=17, HQ=3, HK=3, D=96, dtype=dtype, interleaved=PAIRS[impl])
+    assert err <= TOLERANCE[dtype], err
+
+
+@pytest.mark.parametrize("impl", ropetut.IMPLS)
+def test_bhtd_layout(impl):
+    err = check_case(impl, B=2, T=9, HQ=2, HK=2, D=32, dtype=torch.float32,
+                     interleaved=PAIRS[impl], layout="bhtd")
+    assert err <= TOLERANCE[torch.float32], err
+
+
+@pytest.mark.parametrize("impl", ["v4", "final"])
+def test_gqa_fused(impl):
+    err = check_case(impl, B=2, T=11, HQ=6, HK=2, D=32, dtype=torch.float16)
+    assert err <= TOLERANCE[torch.float16], err
+
+
+@pytest.mark.parametrize("impl", ropetut.IMPLS)
+def test_strided_views_from_fused_qkv(impl):
+    """q and k as views into one (B, H, T, 3, D) buffer: no dimension is contiguous but D."""
+    B, H, T, D = 2, 3, 10, 32
+    qkv = randn(B, H, T, 3, D)
+    q, k = qkv[:, :, :, 0], qkv[:, :, :, 1]          # (B, H, T, D) views, BHTD layout
+    cos, sin = tables(D, T)
+    q_out, k_out = run_poisoned(impl, q, k, cos, sin, layout="bhtd", interleaved=PAIRS[impl])
+    opts = dict(layout="bhtd", interleaved=PAIRS[impl])
+    assert relative_error(q_out, rope_reference(q, cos, sin, **opts)) <= 2e-6
+    assert relative_error(k_out, rope_reference(k, cos, sin, **opts)) <= 2e-6
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("rotary_dim", [None, 48, 32])
+def test_final_pairs_and_partial_rotary(interleaved, rotary_dim):
+    err = check_case("final", B=2, T=17, HQ=3, HK=1, D=96, dtype=torch.float32,
+                     interleaved=interleaved, rotary_dim=rotary_dim)
+    assert err <= TOLERANCE[torch.float32], err
+
+
+@pytest.mark.parametrize("shape", ["T", "BT"])
+def test_final_positions(shape):
+    B, T, H, D = 2, 7, 2, 16
+    cos, sin = tables(D, 50)
+    q, k = randn(B, T, H, D), randn(B, T, H, D)
+    pos = torch.randint(0, 50, (T,) if shape == "T" else (B, T)).to(ropetut.DEVICE)
+    q_out, k_out = run_poisoned("final", q, k, cos, sin, positions=pos)
+    assert relative_error(q_out, rope_reference(q, cos, sin, positions=pos)) <= 2e-6
+    assert relative_error(k_out, rope_reference(k, cos, sin, positions=pos)) <= 2e-6
+
+
+def test_final_in_place_leaves_pass_through_dims_alone():
+    B, T, H, D, R = 2, 9, 3, 64, 32
+    cos, sin = tables(D, T, rotary_dim=R)
+    q = randn(B, T, H, D)
+    before = q.clone()
+    out = ropetut.apply_rope(q, cos=cos, sin=sin, rotary_dim=R, inplace=True)
+    assert out.data_ptr() == q.data_ptr()
+    assert torch.equal(q[..., R:], before[..., R:])
+    assert relative_error(q, rope_reference(before, cos, sin, rotary_dim=R)) <= 2e-6
+
+
+@pytest.mark.parametrize("impl", ["v4", "final"])
+def test_backward_flag_turns_by_minus_theta(impl):
+    B, T, H, D = 2, 9, 2, 32
+    cos, sin = tables(D, T)
+    q, k = randn(B, T, H, D), randn(B, T, H, D)
+    q_out, k_out = run_poisoned(impl, q, k, cos, sin, backward=True)
+    assert relative_error(q_out, rope_reference(q, cos, sin, inverse=True)) <= 2e-6
+    assert relative_error(k_out, rope_reference(k, cos, sin, inverse=True)) <= 2e-6
+
+
+@gpu_only
+@pytest.mark.parametrize("impl", ropetut.IMPLS)
+def test_bf16_on_gpu(impl):
+    err = check_case(impl, B=2, T=333, HQ=8, HK=8, D=128, dtype=torch.bfloat16, interleaved=PAIRS[impl])
+    assert err <= TOLERANCE[torch.bfloat16], err
+
+
+@gpu_only
+@pytest.mark.parametrize("impl", ropetut.IMPLS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_large_shapes_on_gpu(impl, dtype):
+    err = check_case(impl, B=4, T=4096, HQ=32, HK=8 if impl in ("v4", "final") else 32, D=128,
+                     dtype=dtype, interleaved=PAIRS[impl])
+    assert err <= TOLERANCE[dtype], err
+
+
+@gpu_only
+def test_past_2_31_elements_needs_int64_offsets():
+    """q holds 2**31 + 2**23 elements: offsets of its last tokens overflow int32."""
+    B, H, D = 1, 32, 128
+    T = (2**31 + 2**23) // (H * D)
+    cos, sin = tables(D, T)
+    q = torch.empty(B, T, H, D, device="cuda", dtype=torch.float16).normal_()
+    tail = q[:, -4:].clone()
+    ropetut.apply_rope(q, cos=cos, sin=sin, inplace=True)
+    ref = rope_reference(tail, cos[-4:], sin[-4:])
+    assert relative_error(q[:, -4:], ref) <= TOLERANCE[torch.float16]
