@@ -31,15 +31,19 @@ def run_kernel(impl, q, k, cos, sin, q_out, k_out, *, positions=None, interleave
     return q_out, k_out
 
 
+def _rotate(q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl):
+    q_out = q if inplace else torch.empty_like(q)
+    k_out = None if k is None else (k if inplace else torch.empty_like(k))
+    return run_kernel(impl, q, k, cos, sin, q_out, k_out, positions=positions,
+                      interleaved=interleaved, rotary_dim=rotary_dim)
+
+
 class RopeFunction(torch.autograd.Function):
     """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None, any strides. No gradient flows to the tables."""
 
     @staticmethod
     def forward(ctx, q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl):
-        q_out = q if inplace else torch.empty_like(q)
-        k_out = None if k is None else (k if inplace else torch.empty_like(k))
-        run_kernel(impl, q, k, cos, sin, q_out, k_out, positions=positions,
-                   interleaved=interleaved, rotary_dim=rotary_dim)
+        q_out, k_out = _rotate(q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl)
         if inplace:
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
         ctx.save_for_backward(cos, sin, positions)
@@ -83,8 +87,11 @@ def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=Fal
                            interleaved=interleaved, inplace=inplace, layout=layout)
     if impl != "final":
         _check_impl_supports(impl, args, positions, rotary_dim, interleaved, inplace)
-    q_out, k_out = RopeFunction.apply(args.q, args.k, args.cos, args.sin, args.positions,
-                                      interleaved, args.rotary_dim, inplace, impl)
+    inputs = (args.q, args.k, args.cos, args.sin, args.positions, interleaved, args.rotary_dim, inplace, impl)
+    wants_grad = torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
+    # Without a gradient to track, skip autograd's bookkeeping: it costs more host time than a
+    # small shape's whole kernel.
+    q_out, k_out = RopeFunction.apply(*inputs) if wants_grad else _rotate(*inputs)
     if layout == "bhtd":
         q_out = q_out.transpose(1, 2)
         k_out = None if k_out is None else k_out.transpose(1, 2)
