@@ -7,11 +7,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ropetut")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("check", help="every kernel version against the float64 reference")
-    args = parser.parse_args(argv)
-    if args.command == "check":
-        from .check import main as check_main
-        return check_main()
-    return 2
+    # bench parses its own options (python -m ropetut bench -h lists them)
+    sub.add_parser("bench", add_help=False, help="time versions and peers against the copy floor")
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        from .bench import main as bench_main
+        return bench_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    from .check import main as check_main
+    return check_main()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Everything that needs a CUDA GPU, from the repository root, without network:
+#   check     python -m ropetut check (every kernel against the float64 reference)
+#   chapters  execute every chapter in place, storing its outputs
+#   nbval     strict pytest --nbval over the executed chapters
+#   tests     the test suite, GPU tests included
+#   bench     python -m ropetut bench --quick -> results/bench_h100.json, book/_static/headline.png
+#   env       results/ENVIRONMENT.md: where those outputs came from
+# STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh
+# Wheels in .whl/ (e.g. liger-kernel, packaging) are installed into /tmp/site first.
+# With OUT set, the log is also written to $OUT/gpu-validate.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS="${STEPS:-check chapters nbval tests bench env}"
+if [[ -n "${OUT:-}" ]]; then
+  exec > >(tee -a "$OUT/gpu-validate.log") 2>&1
+fi
+
+export PYTHONPATH="${PYTHONPATH:-}"
+if [[ -d .whl ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
+PYTHONPATH="$PWD:$PYTHONPATH"
+
+echo "== environment"
+nvidia-smi -L
+python3 -c 'import platform, torch, triton, ropetut.bench as b
+print("python", platform.python_version(), "| torch", torch.__version__, "| triton", triton.__version__,
+      "| liger", b.liger_version(), "| cuda available", torch.cuda.is_available())'
+
+failed=()
+step() {  # step NAME COMMAND...: run it if NAME is in STEPS, then print one summary line
+  local name=$1; shift
+  [[ " $STEPS " == *" $name "* ]] || return 0
+  echo "== $name: $*"
+  local start=$SECONDS
+  if "$@"; then
+    echo "-- $name: ok ($((SECONDS - start)) s)"
+  else
+    echo "-- $name: FAILED ($((SECONDS - start)) s)"
+    failed+=("$name")
+  fi
+}
+
+nbval_args=(-q --nbval chapters/ -p no:cacheprovider)
+if [[ -f chapters/nbval_sanitize.cfg ]]; then
+  nbval_args+=(--nbval-sanitize-with chapters/nbval_sanitize.cfg)
+fi
+
+write_environment() {
+  python3 - <<'EOF'
+import datetime, platform, subprocess
+from pathlib import Path
+import torch, triton
+from ropetut.bench import liger_version
+from ropetut.notebook import commit
+
+driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                        capture_output=True, text=True).stdout.split("\n")[0] or "unknown"
+facts = {"GPU": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
+         "triton": triton.__version__, "liger-kernel": liger_version() or "not installed",
+         "python": platform.python_version(), "ropetut commit": commit(),
+         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+lines = ["# Where the stored outputs were produced", "", "| what | value |", "| --- | --- |"]
+lines += [f"| {key} | {value} |" for key, value in facts.items()]
+Path("results").mkdir(exist_ok=True)
+Path("results/ENVIRONMENT.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+EOF
+}
+
+step check python3 -m ropetut check
+step chapters python3 scripts/execute_chapters.py
+step nbval python3 -m pytest "${nbval_args[@]}"
+step tests python3 -m pytest -q tests/ -p no:cacheprovider
+step bench python3 -m ropetut bench --quick --json results/bench_h100.json --plot book/_static/headline.png
+step env write_environment
+
+if (( ${#failed[@]} )); then
+  echo "gpu-validate: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "gpu-validate: all of [$STEPS] ok"

@@ -1,0 +1,135 @@
+"""The benchmark harness: its arithmetic, table and figure everywhere; its timings on a GPU only."""
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import gpu_only, randn, tables
+
+import ropetut
+from ropetut import bench
+from ropetut.notebook import NO_GPU
+from ropetut.reference import rope_reference
+
+
+def test_shape_label_and_tokens():
+    shape = bench.Shape(B=4, T=4096, HQ=32, HK=8, D=128)
+    assert shape.label == "4x4096x32/8x128 bfloat16"
+    assert shape.tokens == 4 * 4096
+    assert bench.SHAPES["seed002"][0].label == "4x4096x16/16x256 bfloat16"   # the seeds write BxHxTxD
+
+
+def test_shape_groups():
+    sweep = bench.SHAPES["seed001"]
+    assert [s.T for s in sweep] == list(range(2048, 63488 + 1, 4096))
+    assert all(s.dtype == torch.bfloat16 for group in bench.SHAPES.values() for s in group)
+    assert set(bench.QUICK) <= {s for group in bench.SHAPES.values() for s in group}
+
+
+def test_bytes_moved():
+    shape = bench.Shape(B=2, T=3, HQ=4, HK=2, D=8)
+    elements = 2 * 3 * (4 + 2) * 8
+    assert bench.bytes_moved(shape, "fwd") == elements * 2 * 2          # bf16, read + write
+    assert bench.bytes_moved(shape, "fwd+bwd") == 2 * bench.bytes_moved(shape, "fwd")
+    f32 = bench.Shape(B=2, T=3, HQ=4, HK=2, D=8, dtype=torch.float32)
+    assert bench.bytes_moved(f32, "fwd") == 2 * bench.bytes_moved(shape, "fwd")
+
+
+@pytest.mark.parametrize("name", ["HF rotate_half", "liger", "v1", "v2", "v3", "v4", "final",
+                                  "final (in place)"])
+def test_providers_compute_rope(name):
+    """Each provider's wrapper (layouts, tables, in place) computes standard RoPE, on any device."""
+    if name == "liger" and bench.liger_rope() is None:
+        pytest.skip("liger_kernel is not installed")
+    shape = bench.Shape(B=2, T=9, HQ=4, HK=2, D=16, dtype=torch.float32)
+    cos, sin = tables(shape.D, shape.T)
+    q, k = randn(2, 9, 4, 16), randn(2, 9, 2, 16)
+    expected = [rope_reference(x, cos, sin, interleaved=name == "v1") for x in (q, k)]
+    for out, ref in zip(bench.make_provider(name, shape)(q, k), expected):
+        torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_torch_eager_is_the_seed_module():
+    shape = bench.Shape(B=1, T=5, HQ=2, HK=2, D=8, dtype=torch.float32)
+    q, k = randn(1, 5, 2, 8), randn(1, 5, 2, 8)
+    rotary = ropetut.LlmRotary(8, 5).to(ropetut.DEVICE)
+    for out, x in zip(bench.make_provider("torch eager", shape)(q, k), (q, k)):
+        torch.testing.assert_close(out, rotary(x))
+
+
+@pytest.mark.skipif(ropetut.on_gpu(), reason="the CPU path")
+def test_run_without_gpu_prints_no_gpu(capsys):
+    assert bench.run(bench.SHAPES["seed002"]) is None
+    assert capsys.readouterr().out.strip() == NO_GPU
+
+
+@pytest.mark.skipif(ropetut.on_gpu(), reason="the CPU path; on a GPU this is the real benchmark")
+def test_cli_bench_quick_without_gpu():
+    done = subprocess.run([sys.executable, "-m", "ropetut", "bench", "--quick"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == NO_GPU
+
+
+def synthetic_rows(labels, tokens):
+    """Rows as run() returns them, with made-up times: the floor, two peers, and final."""
+    rows = []
+    for label, n in zip(labels, tokens):
+        for mode, floor in (("fwd", 0.2), ("fwd+bwd", 0.4)):
+            for name, ms in ((bench.COPY, floor), ("torch eager", 10 * floor),
+                             ("liger", 1.05 * floor), ("final", 1.01 * floor)):
+                rows.append(dict(shape=label, tokens=n, provider=name, mode=mode, ms=ms, gbps=1e3 / ms,
+                                 pct_floor=floor / ms * 100, vs_liger=ms / (1.05 * floor),
+                                 peak_mem_mb=64.0, error=None))
+        rows.append(dict(rows[-1], provider="HF rotate_half", ms=None, gbps=None, pct_floor=None,
+                         vs_liger=None, peak_mem_mb=None, error="OutOfMemoryError: CUDA out of memory"))
+    return rows
+
+
+def test_format_table():
+    rows = synthetic_rows(["4x4096x16/16x256 bfloat16"], [16384])
+    lines = bench.format_table(rows).splitlines()
+    assert lines[0].split() == ["impl", "shape", "mode", "ms", "GB/s", "%floor", "vs", "liger", "peak", "MB"]
+    assert len(lines) == 1 + len(rows)
+    floor = next(line for line in lines if line.startswith(bench.COPY))
+    assert "100%" in floor and "0.200" in floor
+    assert "final" in lines[4] and "99%" in lines[4] and "0.96x" in lines[4]
+    assert lines[-1].startswith("HF rotate_half") and "error: OutOfMemoryError" in lines[-1]
+
+
+@pytest.mark.parametrize("kind", ["sweep", "bars"])
+def test_plot_writes_png(tmp_path, kind):
+    pytest.importorskip("matplotlib")
+    if kind == "sweep":
+        labels = [f"1x{t}x16/16x128 bfloat16" for t in (2048, 6144, 10240)]
+        tokens = [2048, 6144, 10240]
+    else:
+        labels = ["4x4096x16/16x256 bfloat16", "8x4096x32/8x128 bfloat16"]
+        tokens = [16384, 32768]
+    path = tmp_path / "figure.png"
+    fig = bench.plot(synthetic_rows(labels, tokens), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [ax.get_title() for ax in fig.axes] == ["fwd", "fwd+bwd"]
+    assert fig.axes[0].get_ylabel().startswith("% of the copy floor")
+
+
+@gpu_only
+def test_run_on_gpu():
+    shape = bench.Shape(B=2, T=512, HQ=8, HK=8, D=128)
+    rows = bench.run([shape], providers=[bench.COPY, "final"], modes=bench.MODES, progress=False)
+    assert [(r["provider"], r["mode"]) for r in rows] == [
+        (bench.COPY, "fwd"), ("final", "fwd"), (bench.COPY, "fwd+bwd"), ("final", "fwd+bwd")]
+    assert all(r["error"] is None for r in rows), rows
+    for r in rows:
+        assert r["shape"] == shape.label and r["tokens"] == shape.tokens
+        assert r["ms"] > 0 and r["gbps"] > 0 and r["peak_mem_mb"] >= 0
+        assert r["vs_liger"] is None
+    assert rows[0]["pct_floor"] == pytest.approx(100)
+    assert rows[2]["pct_floor"] == pytest.approx(100)
+
+
+@gpu_only
+def test_time_ms_on_gpu():
+    x = torch.randn(1 << 20, device="cuda")
+    assert bench.time_ms(lambda: x.clone()) > 0
+    assert bench.time_ms(torch.clone, make_inputs=lambda: (torch.randn(1 << 10, device="cuda"),)) > 0
