@@ -35,3 +35,30 @@ for B, T, HQ, HK, D in SHAPES:
         api = ms(lambda: ropetut.apply_rope(q, k, cos, sin))
         print(f"  pairs/tile {ppt:5}: kernel {kern:.3f} ms ({floor / kern:4.0%})  in place {inpl:.3f} "
               f"({floor / inpl:4.0%})  apply_rope {api:.3f} ({floor / api:4.0%})")
+
+
+def host_us(fn, n=2000):
+    """Host microseconds per call on a tiny problem: launch cost, not GPU time."""
+    import time
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / n * 1e6
+
+
+q = torch.randn(1, 16, 4, 64, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(1, 16, 4, 64, device="cuda", dtype=torch.bfloat16)
+cos, sin = ropetut.rope_tables(ropetut.standard(64), 16, device="cuda")
+a = check_rope_args(q, k, cos, sin)
+qo, ko = torch.empty_like(q), torch.empty_like(k)
+qg, kg = q.clone().requires_grad_(), k.clone().requires_grad_()
+print("host cost per call on a tiny shape (us):")
+for impl in ("v4", "final"):
+    print(f"  {impl:5}: run_kernel {host_us(lambda: run_kernel(impl, a.q, a.k, a.cos, a.sin, qo, ko)):6.1f}"
+          f"  check_rope_args {host_us(lambda: check_rope_args(q, k, cos, sin)):6.1f}"
+          f"  apply_rope {host_us(lambda: ropetut.apply_rope(q, k, cos, sin, impl=impl)):6.1f}"
+          f"  fwd+bwd {host_us(lambda: torch.autograd.backward(ropetut.apply_rope(qg, kg, cos, sin, impl=impl), (q, k))):6.1f}")

@@ -23,7 +23,7 @@ from ..launch import tile_sizes
 def _rotate_heads(x_ptr, o_ptr, x_tok, o_tok, tok_mask, i, cos, sin, H, HALF, D, R,
                   sxh, sxd, soh, sod,
                   BLOCK_H: tl.constexpr, BLOCK_PASS: tl.constexpr,
-                  INTERLEAVED: tl.constexpr, COPY_PASS: tl.constexpr, COMPUTE: tl.constexpr):
+                  INTERLEAVED: tl.constexpr, COPY_PASS: tl.constexpr):
     if INTERLEAVED:
         d1 = 2 * i
         d2 = 2 * i + 1
@@ -35,8 +35,8 @@ def _rotate_heads(x_ptr, o_ptr, x_tok, o_tok, tok_mask, i, cos, sin, H, HALF, D,
         mask = tok_mask & (h < H) & (i < HALF)
         x_row = x_ptr + x_tok + h * sxh
         o_row = o_ptr + o_tok + h * soh
-        x1 = tl.load(x_row + d1 * sxd, mask=mask).to(COMPUTE)
-        x2 = tl.load(x_row + d2 * sxd, mask=mask).to(COMPUTE)
+        x1 = tl.load(x_row + d1 * sxd, mask=mask).to(cos.dtype)   # compute in the tables' dtype
+        x2 = tl.load(x_row + d2 * sxd, mask=mask).to(cos.dtype)
         y1 = x1 * cos - x2 * sin
         y2 = x2 * cos + x1 * sin
         tl.store(o_row + d1 * sod, y1.to(o_ptr.dtype.element_ty), mask=mask)
@@ -56,7 +56,7 @@ def rope_final_kernel(
     sqob, sqot, sqoh, sqod, skob, skot, skoh, skod,   # q_out, k_out strides
     s_cos, spb, spt,                                  # cos/sin row stride; positions (B, T) strides
     HAS_POSITIONS: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
-    COPY_PASS: tl.constexpr, COMPUTE: tl.constexpr,
+    COPY_PASS: tl.constexpr, FP64: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr,
 ):
     b = tl.program_id(1).to(tl.int64)
@@ -68,16 +68,20 @@ def rope_final_kernel(
         row = tl.load(pos_ptr + b * spb + t * spt, mask=tok_mask, other=0).to(tl.int64)
     else:
         row = t
-    cos = tl.load(cos_ptr + row * s_cos + i, mask=ti_mask).to(COMPUTE)
-    sin = tl.load(sin_ptr + row * s_cos + i, mask=ti_mask).to(COMPUTE)
+    cos = tl.load(cos_ptr + row * s_cos + i, mask=ti_mask)
+    sin = tl.load(sin_ptr + row * s_cos + i, mask=ti_mask)
+    if FP64:
+        cos, sin = cos.to(tl.float64), sin.to(tl.float64)
+    else:
+        cos, sin = cos.to(tl.float32), sin.to(tl.float32)
     if BACKWARD:
         sin = -sin
     _rotate_heads(q_ptr, qo_ptr, b * sqb + t * sqt, b * sqob + t * sqot, tok_mask, i, cos, sin,
                   HQ, HALF, D, R, sqh, sqd, sqoh, sqod,
-                  BLOCK_H, BLOCK_PASS, INTERLEAVED, COPY_PASS, COMPUTE)
+                  BLOCK_H, BLOCK_PASS, INTERLEAVED, COPY_PASS)
     _rotate_heads(k_ptr, ko_ptr, b * skb + t * skt, b * skob + t * skot, tok_mask, i, cos, sin,
                   HK, HALF, D, R, skh, skd, skoh, skod,
-                  BLOCK_H, BLOCK_PASS, INTERLEAVED, COPY_PASS, COMPUTE)
+                  BLOCK_H, BLOCK_PASS, INTERLEAVED, COPY_PASS)
 
 
 def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=False,
@@ -97,7 +101,7 @@ def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=Fals
         *q.stride(), *kk.stride(), *q_out.stride(), *kk_out.stride(), cos.stride(0), spb, spt,
         HAS_POSITIONS=positions is not None, INTERLEAVED=interleaved, BACKWARD=backward,
         COPY_PASS=R < D and q_out.data_ptr() != q.data_ptr(),
-        COMPUTE=tl.float64 if q.dtype == torch.float64 else tl.float32,
+        FP64=q.dtype == torch.float64,
         BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF,
         BLOCK_PASS=triton.next_power_of_2(max(D - R, 1)),
     )
