@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
+from tqdm.auto import tqdm
 from triton.testing import do_bench
 
 from . import notebook
