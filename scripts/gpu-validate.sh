@@ -5,13 +5,14 @@
 #   nbval     strict pytest --nbval over the executed chapters
 #   tests     the test suite, GPU tests included
 #   bench     python -m ropetut bench --quick -> results/bench_h100.json, book/_static/headline.png
+#   probe     scripts/probe_tiles.py -> results/probe_h100.txt (tile sizes, host cost per launch)
 #   env       results/ENVIRONMENT.md: where those outputs came from
 # STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh
 # Wheels in .whl/ (e.g. liger-kernel, packaging) are installed into /tmp/site first.
 # With OUT set, the log is also written to $OUT/gpu-validate.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS="${STEPS:-check chapters nbval tests bench env}"
+STEPS="${STEPS:-check chapters nbval tests bench probe env}"
 if [[ -n "${OUT:-}" ]]; then
   exec > >(tee -a "$OUT/gpu-validate.log") 2>&1
 fi
@@ -75,6 +76,8 @@ step chapters python3 scripts/execute_chapters.py
 step nbval python3 -m pytest "${nbval_args[@]}"
 step tests python3 -m pytest -q tests/ -p no:cacheprovider
 step bench python3 -m ropetut bench --quick --json results/bench_h100.json --plot book/_static/headline.png
+probe() { mkdir -p results && python3 scripts/probe_tiles.py | tee results/probe_h100.txt; }
+step probe probe
 step env write_environment
 
 if (( ${#failed[@]} )); then
