@@ -16,16 +16,28 @@ from nbclient import NotebookClient
 CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
 
 
-def execute(path: Path, timeout: int = 900) -> float:
+def execute(path: Path, timeout: int = 300) -> float:
+    """Run one notebook; ``timeout`` is per cell. Prints a line per slow cell as it finishes."""
     nb = nbformat.read(path, as_version=4)
     skip_tag = "" if torch.cuda.is_available() else "skip-execution"
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
                             skip_cells_with_tag=skip_tag,
-                            resources={"metadata": {"path": str(path.parent)}})
+                            resources={"metadata": {"path": str(path.parent)}},
+                            on_cell_executed=lambda cell, cell_index, **_: _log(path, cell_index))
     start = time.time()
     client.execute()
     nbformat.write(nb, path)
     return time.time() - start
+
+
+_last = [time.time()]
+
+
+def _log(path, index):
+    now = time.time()
+    if now - _last[0] > 5:
+        print(f"  {path.name} cell {index}: {now - _last[0]:.0f} s", flush=True)
+    _last[0] = now
 
 
 if __name__ == "__main__":
