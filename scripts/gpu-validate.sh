@@ -44,7 +44,7 @@ step() {  # step NAME COMMAND...: run it if NAME is in STEPS, then print one sum
   fi
 }
 
-nbval_args=(-q --nbval chapters/ -p no:cacheprovider)
+nbval_args=(-q --nbval chapters/ -p no:cacheprovider --nbval-cell-timeout 120)
 if [[ -f chapters/nbval_sanitize.cfg ]]; then
   nbval_args+=(--nbval-sanitize-with chapters/nbval_sanitize.cfg)
 fi
