@@ -65,11 +65,12 @@ def test_torch_compile_matches_eager(inplace):
         return (q * k).sum(-1)
 
     x = torch.randn(2, 128, 512, device="cuda")
-    w = torch.randn(512, 1024, device="cuda", requires_grad=True)
+    w = (torch.randn(512, 1024, device="cuda") / 512**0.5).requires_grad_()
     eager = block(x, w)
     eager.sum().backward()
     grad_eager, w.grad = w.grad.clone(), None
     compiled = torch.compile(block)(x, w)
     compiled.sum().backward()
-    assert torch.allclose(compiled, eager, rtol=1e-4, atol=1e-4)
-    assert torch.allclose(w.grad, grad_eager, rtol=1e-4, atol=1e-3)
+    # the same function up to fp32 rounding: compile may fuse and reorder the matmul's epilogue
+    assert relative_error(compiled, eager) <= 1e-5
+    assert relative_error(w.grad, grad_eager) <= 1e-5
