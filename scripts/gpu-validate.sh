@@ -63,7 +63,7 @@ facts = {"GPU": torch.cuda.get_device_name(), "driver": driver, "torch": torch._
          "triton": triton.__version__, "liger-kernel": liger_version() or "not installed",
          "python": platform.python_version(), "ropetut commit": commit(),
          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-lines = ["# Where the stored outputs were produced", "", "| what | value |", "| --- | --- |"]
+lines = ["| what | value |", "| --- | --- |"]   # included under a heading of the book
 lines += [f"| {key} | {value} |" for key, value in facts.items()]
 Path("results").mkdir(exist_ok=True)
 Path("results/ENVIRONMENT.md").write_text("\n".join(lines) + "\n")
