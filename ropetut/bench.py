@@ -89,16 +89,16 @@ def l2_bytes() -> int:
     return getattr(props, "L2_cache_size", 0) or 50 * 2**20   # 50 MB: an H100's
 
 
-def time_ms(fn, *, make_inputs=None, n_sets=1) -> float:
+def time_ms(fn, *, make_inputs=None) -> float:
     """Median milliseconds of one ``fn(*inputs)`` (``fn()`` without make_inputs), by do_bench:
-    25 ms of warm-up, 100 ms of repeats. Builds at least n_sets input sets, more if their bytes
-    would fit in L2, and cycles through them. Gradients of leaf inputs are reset before each
+    25 ms of warm-up, 100 ms of repeats. Builds enough input sets that together they overflow L2,
+    and cycles through them. Gradients of leaf inputs are reset before each
     timed call, so a backward never adds into an old one."""
     if make_inputs is None:
         return do_bench(fn, warmup=25, rep=100, return_mode="median")
     sets = [make_inputs()]
     set_bytes = sum(t.nbytes for t in sets[0])
-    sets += [make_inputs() for _ in range(max(n_sets, l2_bytes() // set_bytes + 1) - 1)]
+    sets += [make_inputs() for _ in range(l2_bytes() // set_bytes)]
     cycle = itertools.cycle(sets)
     leaves = [t for s in sets for t in s if t.requires_grad]
     return do_bench(lambda: fn(*next(cycle)), warmup=25, rep=100,

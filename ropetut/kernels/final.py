@@ -35,7 +35,7 @@ def _rotate_heads(x_ptr, o_ptr, x_tok, o_tok, tok_mask, i, cos, sin, H, HALF, D,
         mask = tok_mask & (h < H) & (i < HALF)
         x_row = x_ptr + x_tok + h * sxh
         o_row = o_ptr + o_tok + h * soh
-        x1 = tl.load(x_row + d1 * sxd, mask=mask).to(cos.dtype)   # compute in the tables' dtype
+        x1 = tl.load(x_row + d1 * sxd, mask=mask).to(cos.dtype)   # cos/sin already hold the compute dtype
         x2 = tl.load(x_row + d2 * sxd, mask=mask).to(cos.dtype)
         y1 = x1 * cos - x2 * sin
         y2 = x2 * cos + x1 * sin
