@@ -1,57 +1,38 @@
-"""``apply_rope``: the public entry point. Validation, then a ``torch.autograd.Function`` whose
-forward and backward both launch a kernel: the backward of a rotation by theta is the rotation
-by -theta, so the gradient costs exactly what the forward costs.
+"""``apply_rope``: the public entry point. Validation, then the kernel, by one of two paths.
+
+- Eagerly: a ``torch.autograd.Function`` whose forward and backward both launch the kernel (the
+  backward of a rotation by theta is the rotation by -theta, so the gradient costs exactly what
+  the forward costs). With no gradient to track, a bare launch: autograd's bookkeeping costs more
+  host time than a small shape's whole kernel.
+- Under ``torch.compile``: the operators registered in ``ropetut.op``, which the compiler sees
+  as single nodes.
+
+Neither path reads a tensor's values on the host, so neither waits for the GPU: a call can be
+captured in a CUDA graph. ``check_positions=True`` is the one exception, and says so.
 """
 import torch
 
-from .kernels.final import rope_final
-from .kernels.v1 import rope_v1
-from .kernels.v2 import rope_v2
-from .kernels.v3 import rope_v3
-from .kernels.v4 import rope_v4
 from .launch import check_rope_args
+from .op import rope_traced, rotate, run_kernel
 
 IMPLS = ("v1", "v2", "v3", "v4", "final")
-_SINGLE_TENSOR = {"v1": rope_v1, "v2": rope_v2, "v3": rope_v3}
-
-
-def run_kernel(impl, q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=False,
-               rotary_dim=None, backward=False):
-    """Launch one version's kernel on validated (B, T, H, D) views, writing q_out and k_out."""
-    if impl == "final":
-        return rope_final(q, k, cos, sin, q_out, k_out, positions=positions,
-                          interleaved=interleaved, rotary_dim=rotary_dim, backward=backward)
-    if impl == "v4":
-        return rope_v4(q, k, cos, sin, q_out, k_out, backward=backward)
-    launch = _SINGLE_TENSOR[impl]           # v1-v3 rotate one tensor per launch, forward only:
-    sin = -sin if backward else sin         # their backward is the forward with sin negated
-    launch(q, cos, sin, q_out)
-    if k is not None:
-        launch(k, cos, sin, k_out)
-    return q_out, k_out
-
-
-def _rotate(q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl):
-    q_out = q if inplace else torch.empty_like(q)
-    k_out = None if k is None else (k if inplace else torch.empty_like(k))
-    return run_kernel(impl, q, k, cos, sin, q_out, k_out, positions=positions,
-                      interleaved=interleaved, rotary_dim=rotary_dim)
 
 
 class RopeFunction(torch.autograd.Function):
     """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None, any strides. No gradient flows to the tables."""
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl):
-        q_out, k_out = _rotate(q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl)
+    def forward(ctx, q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl, check_positions):
+        q_out, k_out = rotate(q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl,
+                              check_positions)
         if inplace:
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
         ctx.save_for_backward(cos, sin, positions)
         ctx.options = (interleaved, rotary_dim, impl, k is not None)
-        return q_out, k_out
+        return q_out if k is None else (q_out, k_out)
 
     @staticmethod
-    def backward(ctx, dq, dk):
+    def backward(ctx, dq, dk=None):
         cos, sin, positions = ctx.saved_tensors
         interleaved, rotary_dim, impl, has_k = ctx.options
         dk = dk if has_k else None
@@ -59,39 +40,55 @@ class RopeFunction(torch.autograd.Function):
         dk_in = None if dk is None else torch.empty_like(dk)
         run_kernel(impl, dq, dk, cos, sin, dq_in, dk_in, positions=positions,
                    interleaved=interleaved, rotary_dim=rotary_dim, backward=True)
-        return dq_in, dk_in, None, None, None, None, None, None, None
+        return dq_in, dk_in, None, None, None, None, None, None, None, None
 
 
 def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=False,
-               rotary_dim=None, inplace=False, layout="bthd", impl="final"):
-    """Rotate q (and k) by their positions. Differentiable.
+               rotary_dim=None, inplace=False, layout="bthd", impl="final", check_positions=False):
+    """Rotate q (and k) by their positions. Differentiable; never waits for the GPU.
 
     q: (B, T, Hq, D) for layout "bthd" (the seed's), (B, H, T, D) for "bhtd" (Hugging Face's);
        any strides, so a transposed view works without a copy.
     k: like q with Hkv heads, Hq a multiple of Hkv (GQA), or None.
     cos, sin: (n_positions, rotary_dim/2) tables, see ``ropetut.rope_tables``.
     positions: None (token t at position t), or (T,) / (B, T) integers indexing the table rows.
+       A position outside [0, n_positions) is never read past: that token's output is NaN.
     interleaved: pairs (x[2i], x[2i+1]) (GPT-J) instead of (x[i], x[i + rotary_dim/2]) (NeoX).
     rotary_dim: rotate only the first rotary_dim dims (default D); the rest pass through.
     inplace: overwrite q and k instead of allocating outputs.
     impl: "final" (default) or one of the teaching versions "v1".."v4", which refuse what they
        can't do: v1 has only interleaved pairs, v2-v4 only half-split ones, and none of them
        takes positions, rotary_dim or inplace.
+    check_positions: raise ValueError, before anything is written, if a position is outside the
+       table. It reads positions on the host, so it waits for the GPU and cannot run inside a
+       CUDA graph capture: a debugging aid, off by default.
     Returns (q_out, k_out), or q_out alone when k is None, shaped and laid out like the inputs.
     """
     if cos is None or sin is None:
         raise TypeError("cos, sin: both tables are required (see ropetut.rope_tables)")
     if impl not in IMPLS:
         raise ValueError(f"impl: must be one of {IMPLS}, got {impl!r}")
+    if not isinstance(check_positions, bool):
+        raise TypeError(f"check_positions: must be a bool, got {type(check_positions).__name__}")
     args = check_rope_args(q, k, cos, sin, positions, rotary_dim=rotary_dim,
                            interleaved=interleaved, inplace=inplace, layout=layout)
     if impl != "final":
         _check_impl_supports(impl, args, positions, rotary_dim, interleaved, inplace)
-    inputs = (args.q, args.k, args.cos, args.sin, args.positions, interleaved, args.rotary_dim, inplace, impl)
+    inputs = (args.q, args.k, args.cos, args.sin, args.positions, interleaved, args.rotary_dim,
+              inplace, impl, check_positions)
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
-    # Without a gradient to track, skip autograd's bookkeeping: it costs more host time than a
-    # small shape's whole kernel.
-    q_out, k_out = RopeFunction.apply(*inputs) if wants_grad else _rotate(*inputs)
+    if torch.compiler.is_compiling():
+        q_out, k_out = rope_traced(*inputs, wants_grad)
+    elif wants_grad and inplace and k is not None:
+        # Autograd lets a Function that writes into a view return one tensor only, and q and k
+        # are often views (of a fused qkv projection): one call each.
+        q_out = RopeFunction.apply(args.q, None, *inputs[2:])
+        k_out = RopeFunction.apply(args.k, None, *inputs[2:])
+    elif wants_grad:
+        outputs = RopeFunction.apply(*inputs)
+        q_out, k_out = (outputs, None) if k is None else outputs
+    else:
+        q_out, k_out = rotate(*inputs)
     if layout == "bhtd":
         q_out = q_out.transpose(1, 2)
         k_out = None if k_out is None else k_out.transpose(1, 2)

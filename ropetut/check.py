@@ -5,7 +5,7 @@ forgot to write fails), and compares ||out - ref|| / ||ref|| with a per-dtype to
 """
 import torch
 
-from .autograd import run_kernel
+from .op import run_kernel
 from .launch import check_rope_args
 from .reference import rope_reference
 from .runtime import DEVICE, on_gpu, pick, runtime_mode

@@ -3,6 +3,11 @@
 ``check_rope_args`` is the single gate in front of every kernel. It raises ``TypeError`` (wrong
 type or dtype) or ``ValueError`` (wrong shape, value or device) naming the argument, and it
 never modifies its inputs. It hands back (B, T, H, D) views, whatever the caller's layout.
+
+It never reads a tensor's values, so it never waits for the GPU: a call can be captured in a
+CUDA graph and traced by ``torch.compile``. The one check that needs values, positions inside
+the table, is ``check_positions_in_range``: opt-in, because it syncs. Without it the kernel
+keeps every read inside the table and writes NaN for a token whose position is out of range.
 """
 from dataclasses import dataclass
 
@@ -46,7 +51,8 @@ def check_rope_args(q, k, cos, sin, positions=None, *, rotary_dim=None, interlea
             raise ValueError(f"k: (batch, seq, head_dim) = {(Bk, Tk, Dk)} must match q's {(B, T, D)}")
         if Hq % Hk:
             raise ValueError(f"k: q's {Hq} heads are not a multiple of k's {Hk} heads (GQA needs Hq % Hkv == 0)")
-        if inplace and k.data_ptr() == q.data_ptr():
+        # (data_ptr has no meaning while torch.compile traces; the traced graph is functional)
+        if inplace and not torch.compiler.is_compiling() and k.data_ptr() == q.data_ptr():
             raise ValueError("k: in place, q and k must not be the same memory")
     if rotary_dim is None:
         rotary_dim = D
@@ -83,15 +89,24 @@ def check_rope_args(q, k, cos, sin, positions=None, *, rotary_dim=None, interlea
     if q.device.type != DEVICE.type:
         mode = "Triton's interpreter (no CUDA device)" if INTERPRETED else "compiled GPU kernels"
         raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors, got {q.device}")
-    if positions is not None and positions.numel():
-        lo, hi = int(positions.min()), int(positions.max())
-        if lo < 0 or hi >= n_positions:
-            raise ValueError(f"positions: values must lie in [0, {n_positions}) (the rows of cos), "
-                             f"found [{lo}, {hi}]")
+    if positions is not None:
         positions = positions.expand(B, T)
     return RopeArgs(q=_as_bthd(q, layout), k=None if k is None else _as_bthd(k, layout),
                     cos=cos.contiguous(), sin=sin.contiguous(), positions=positions,
                     rotary_dim=rotary_dim)
+
+
+def check_positions_in_range(positions: torch.Tensor, n_positions: int) -> None:
+    """ValueError unless every position indexes a row of the table. Reads the values, so it waits
+    for the GPU: ``apply_rope(..., check_positions=True)`` asks for it; nothing else does."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise ValueError("check_positions: reading positions on the host is impossible while a "
+                         "CUDA graph is being captured; check before capturing")
+    if positions.numel():
+        lo, hi = int(positions.min()), int(positions.max())
+        if lo < 0 or hi >= n_positions:
+            raise ValueError(f"positions: values must lie in [0, {n_positions}) (the rows of cos), "
+                             f"found [{lo}, {hi}]")
 
 
 def _check_tensor(x, name, layout):

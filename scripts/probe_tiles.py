@@ -10,7 +10,7 @@ from triton.testing import do_bench
 
 import ropetut
 import ropetut.kernels.final as final
-from ropetut.autograd import run_kernel
+from ropetut.op import run_kernel
 from ropetut.launch import check_rope_args, tile_sizes
 
 SHAPES = [(4, 4096, 16, 16, 256), (4, 2048, 8, 8, 128), (8, 4096, 32, 8, 128), (32, 4096, 32, 32, 128)]

@@ -67,7 +67,7 @@ def test_backward_matches_autograd_through_reference(impl):
 
 def test_forward_only_kernel_cuts_the_graph():
     """The seed's Triton path had no autograd: q and k got no gradient. Ours does."""
-    from ropetut.autograd import run_kernel
+    from ropetut.op import run_kernel
     q = randn(1, 4, 2, 8).requires_grad_()
     cos, sin = tables(8, 4)
     out = torch.empty_like(q)

@@ -4,7 +4,9 @@ import torch
 from conftest import randn, tables
 
 import ropetut
+from ropetut.check import relative_error
 from ropetut.launch import tile_sizes
+from ropetut.reference import rope_reference
 
 B, T, H, D = 2, 5, 4, 16
 
@@ -22,9 +24,13 @@ CASES = {
     "k head dim differs": (lambda a: a.update(k=randn(B, T, 2, D + 2)), ValueError, "k"),
     "Hq not a multiple of Hkv": (lambda a: a.update(k=randn(B, T, 3, D)), ValueError, "k"),
     "cos too short for T": (lambda a: a.update(cos=a["cos"][:T - 1], sin=a["sin"][:T - 1]), ValueError, "cos"),
+    # positions' values are read on the host only when asked (it waits for the GPU)
     "cos too short for positions": (
-        lambda a: a.update(positions=torch.tensor([0, 1, 2, 3, T])), ValueError, "positions"),
-    "negative position": (lambda a: a.update(positions=torch.tensor([0, 1, -1, 3, 4])), ValueError, "positions"),
+        lambda a: a.update(positions=torch.tensor([0, 1, 2, 3, T]), check_positions=True),
+        ValueError, "positions"),
+    "negative position": (lambda a: a.update(positions=torch.tensor([0, 1, -1, 3, 4]), check_positions=True),
+                          ValueError, "positions"),
+    "check_positions not a bool": (lambda a: a.update(check_positions=1), TypeError, "check_positions"),
     "positions wrong shape": (lambda a: a.update(positions=torch.zeros(B, T + 1, dtype=torch.long)),
                               ValueError, "positions"),
     "positions not integer": (lambda a: a.update(positions=torch.zeros(T)), TypeError, "positions"),
@@ -72,6 +78,23 @@ def test_bad_input_raises_and_leaves_inputs_untouched(case):
     now = dict(q=q, k=k, cos=cos, sin=sin, **args)
     for name, before in tensors.items():
         assert torch.equal(now[name], before), f"{name} was modified"
+
+
+@pytest.mark.parametrize("bad", [T, -1, 2**40])
+def test_out_of_range_position_gives_nan_and_reads_nothing_past_the_table(bad):
+    """Without check_positions nothing waits for the GPU: the kernel keeps its reads inside the
+    table and writes NaN for the token whose position is outside it. The table is a view into a
+    longer one, so a read past its end would find finite values, not NaN."""
+    a = _good()
+    cos2, sin2 = tables(D, 2 * T)
+    cos, sin = cos2[:T], sin2[:T]
+    positions = torch.tensor([0, 1, bad, 3, 4], device=ropetut.DEVICE)
+    q_out, k_out = ropetut.apply_rope(a["q"], a["k"], cos, sin, positions=positions)
+    for out, x in ((q_out, a["q"]), (k_out, a["k"])):
+        assert out[:, 2].isnan().all()
+        good = [0, 1, 3, 4]
+        ref = rope_reference(x[:, good], cos, sin, positions=positions[good])
+        assert relative_error(out[:, good], ref) <= 2e-6
 
 
 def test_good_arguments_pass():
