@@ -19,28 +19,29 @@ IMPLS = ("v1", "v2", "v3", "v4", "final")
 
 
 class RopeFunction(torch.autograd.Function):
-    """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None, any strides. No gradient flows to the tables."""
+    """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None, any strides. No gradient flows to the tables.
+
+    ``options`` = (cos, sin, positions, interleaved, rotary_dim, inplace, impl, check_positions),
+    one argument rather than eight: ``apply``'s host time grows with its number of arguments.
+    Returns q_out, or (q_out, k_out).
+    """
 
     @staticmethod
-    def forward(ctx, q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl, check_positions):
-        q_out, k_out = rotate(q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl,
-                              check_positions)
-        if inplace:
+    def forward(ctx, q, k, options):
+        q_out, k_out = rotate(q, k, *options)
+        if options[5]:                                    # in place
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
-        ctx.save_for_backward(cos, sin, positions)
-        ctx.options = (interleaved, rotary_dim, impl, k is not None)
+        ctx.options = options       # the tables are inputs, never outputs: no reference cycle
         return q_out if k is None else (q_out, k_out)
 
     @staticmethod
     def backward(ctx, dq, dk=None):
-        cos, sin, positions = ctx.saved_tensors
-        interleaved, rotary_dim, impl, has_k = ctx.options
-        dk = dk if has_k else None
+        cos, sin, positions, interleaved, rotary_dim, _, impl, _ = ctx.options
         dq_in = torch.empty_like(dq)
         dk_in = None if dk is None else torch.empty_like(dk)
         run_kernel(impl, dq, dk, cos, sin, dq_in, dk_in, positions=positions,
                    interleaved=interleaved, rotary_dim=rotary_dim, backward=True)
-        return dq_in, dk_in, None, None, None, None, None, None, None, None
+        return dq_in, dk_in, None
 
 
 def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=False,
@@ -74,21 +75,21 @@ def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=Fal
                            interleaved=interleaved, inplace=inplace, layout=layout)
     if impl != "final":
         _check_impl_supports(impl, args, positions, rotary_dim, interleaved, inplace)
-    inputs = (args.q, args.k, args.cos, args.sin, args.positions, interleaved, args.rotary_dim,
-              inplace, impl, check_positions)
+    options = (args.cos, args.sin, args.positions, interleaved, args.rotary_dim, inplace, impl,
+               check_positions)
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
     if torch.compiler.is_compiling():
-        q_out, k_out = rope_traced(*inputs, wants_grad)
-    elif wants_grad and inplace and k is not None:
+        q_out, k_out = rope_traced(args.q, args.k, *options, wants_grad)
+    elif not wants_grad:
+        q_out, k_out = rotate(args.q, args.k, *options)
+    elif inplace and k is not None:
         # Autograd lets a Function that writes into a view return one tensor only, and q and k
-        # are often views (of a fused qkv projection): one call each.
-        q_out = RopeFunction.apply(args.q, None, *inputs[2:])
-        k_out = RopeFunction.apply(args.k, None, *inputs[2:])
-    elif wants_grad:
-        outputs = RopeFunction.apply(*inputs)
-        q_out, k_out = (outputs, None) if k is None else outputs
+        # are often views (of one projection): one call each.
+        q_out, k_out = RopeFunction.apply(args.q, None, options), RopeFunction.apply(args.k, None, options)
+    elif k is None:
+        q_out, k_out = RopeFunction.apply(args.q, None, options), None
     else:
-        q_out, k_out = rotate(*inputs)
+        q_out, k_out = RopeFunction.apply(args.q, args.k, options)
     if layout == "bhtd":
         q_out = q_out.transpose(1, 2)
         k_out = None if k_out is None else k_out.transpose(1, 2)

@@ -1,13 +1,21 @@
 """The benchmark harness: every version and every peer against the copy floor, on the seeds' shapes.
 
-``python -m ropetut bench [--quick]`` prints the table; chapters call ``run``, ``print_table`` and
-``plot``. Times are ``triton.testing.do_bench`` medians; each input set is fresh random data, and
-small problems rotate among enough sets to overflow L2, so no timing reads a warm cache.
-Without a GPU nothing is timed: ``run`` prints ``NO_GPU`` and returns None.
+``python -m ropetut bench [--quick]`` prints the tables; chapters call ``run``, ``print_table``,
+``host_rows`` and ``plot``. Every row is timed twice, because a call costs host time and GPU time
+and a slow host hides a fast kernel:
+
+- eager: ``triton.testing.do_bench`` medians of plain calls, host and GPU together;
+- graphed: the same calls captured in one CUDA graph and replayed, the GPU alone.
+
+Each input set is fresh random data, and small problems rotate among enough sets to overflow L2,
+so no timing reads a warm cache. ``host_rows`` measures the host's own cost per call, on tensors
+so tiny that the GPU waits for the host. Without a GPU nothing is timed: ``run`` prints
+``NO_GPU`` and returns None.
 """
 import argparse
 import itertools
 import json
+import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -25,8 +33,10 @@ from .tables import rope_tables, standard
 MODES = ("fwd", "fwd+bwd")
 COPY = "copy (floor)"
 PEERS = ("torch eager", "torch.compile", "HF rotate_half", "liger")
-VERSIONS = ("v1", "v2", "v3", "v4", "final", "final (in place)")
+VERSIONS = ("v1", "v2", "v3", "v4", "final", "final (in place)", "final (partial, in place)")
 PROVIDERS = (COPY, *PEERS, *VERSIONS)
+FWD_ONLY = ("final (in place)", "final (partial, in place)")   # autograd refuses in place on a leaf
+TAKE_POSITIONS = (COPY, "torch eager", "torch.compile", "liger", "final", "final (in place)")
 
 
 @dataclass(frozen=True)
@@ -38,10 +48,12 @@ class Shape:
     HK: int
     D: int
     dtype: torch.dtype = torch.bfloat16
+    positions: bool = False   # decode: each token at a random position of a 4096-row table
 
     @property
     def label(self) -> str:
-        return f"{self.B}x{self.T}x{self.HQ}/{self.HK}x{self.D} {str(self.dtype).removeprefix('torch.')}"
+        dtype = str(self.dtype).removeprefix("torch.")
+        return f"{self.B}x{self.T}x{self.HQ}/{self.HK}x{self.D} {dtype}" + (" positions" if self.positions else "")
 
     @property
     def tokens(self) -> int:
@@ -62,8 +74,15 @@ SHAPES = {
     "seed002": [_bhtd(4, 16, 4096, 256)],
     "seed004": [_bhtd(4, 8, 2048, 128), _bhtd(32, 32, 4096, 128)],
     "llama3_8b": [Shape(8, 4096, 32, 8, 128)],
+    # one decode step of a Llama-3-8B-like model serving 64 sequences: one token each, from a KV cache
+    "decode": [Shape(64, 1, 32, 8, 128, positions=True)],
+    # from 16 tokens, where the host sets the pace, to 64k, where the GPU does
+    "tokens": [Shape(1, 2**n, 16, 16, 128) for n in range(4, 17, 2)],
 }
-QUICK = SHAPES["seed002"] + SHAPES["seed004"][:1] + SHAPES["llama3_8b"] + SHAPES["seed001"][::5]
+QUICK = (SHAPES["seed002"] + SHAPES["seed004"][:1] + SHAPES["llama3_8b"] + SHAPES["seed001"][::5]
+         + SHAPES["decode"])
+N_POSITIONS = 4096
+HOST_SHAPE = Shape(1, 16, 4, 4, 64)   # so small that the GPU always waits for the host
 
 
 def bytes_moved(shape: Shape, mode: str) -> int:
@@ -89,20 +108,57 @@ def l2_bytes() -> int:
     return getattr(props, "L2_cache_size", 0) or 50 * 2**20   # 50 MB: an H100's
 
 
-def time_ms(fn, *, make_inputs=None) -> float:
-    """Median milliseconds of one ``fn(*inputs)`` (``fn()`` without make_inputs), by do_bench:
-    25 ms of warm-up, 100 ms of repeats. Builds enough input sets that together they overflow L2,
-    and cycles through them. Gradients of leaf inputs are reset before each
-    timed call, so a backward never adds into an old one."""
-    if make_inputs is None:
-        return do_bench(fn, warmup=25, rep=100, return_mode="median")
+def input_sets(make_inputs) -> list:
+    """Enough fresh input sets that together they overflow L2 (at least two)."""
     sets = [make_inputs()]
     set_bytes = sum(t.nbytes for t in sets[0])
-    sets += [make_inputs() for _ in range(l2_bytes() // set_bytes)]
-    cycle = itertools.cycle(sets)
-    leaves = [t for s in sets for t in s if t.requires_grad]
-    return do_bench(lambda: fn(*next(cycle)), warmup=25, rep=100,
-                    grad_to_none=leaves or None, return_mode="median")
+    return sets + [make_inputs() for _ in range(max(1, l2_bytes() // set_bytes))]
+
+
+def time_ms(fn, *, make_inputs=None) -> float:
+    """Median milliseconds of one eager ``fn(*inputs)`` (``fn()`` without make_inputs), by
+    do_bench: 25 ms of warm-up, 100 ms of repeats, cycling through ``input_sets``. Host and GPU
+    together: when the host takes longer to issue a call than the GPU to run it, this is the host."""
+    if make_inputs is None:
+        return do_bench(fn, warmup=25, rep=100, return_mode="median")
+    cycle = itertools.cycle(input_sets(make_inputs))
+    return do_bench(lambda: fn(*next(cycle)), warmup=25, rep=100, return_mode="median")
+
+
+def graph_ms(fn, *, make_inputs) -> float:
+    """Median milliseconds of one ``fn(*inputs)`` replayed from a CUDA graph: the GPU's time alone.
+    One graph calls fn once on each of ``input_sets``; it is replayed by do_bench and its time
+    divided by the number of calls."""
+    sets = input_sets(make_inputs)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):      # compile, autotune, allocate: nothing of that in the graph
+        for inputs in sets:
+            fn(*inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for inputs in sets:
+            fn(*inputs)
+    ms = do_bench(graph.replay, warmup=25, rep=100, return_mode="median") / len(sets)
+    del graph
+    return ms
+
+
+def host_us(fn, inputs, calls=2000) -> float:
+    """Host microseconds per ``fn(*inputs)``: the median of five timed loops of calls on tensors so
+    small that the GPU finishes each kernel before the host has issued the next."""
+    for _ in range(50):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    loops = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls // 5):
+            fn(*inputs)
+        torch.cuda.synchronize()
+        loops.append((time.perf_counter() - start) / (calls // 5) * 1e6)
+    return sorted(loops)[2]
 
 
 def peak_mem_mb(fn, inputs) -> float:
@@ -121,8 +177,9 @@ def copy(*tensors):
         return [t.clone() for t in tensors]
 
 
-def copy_floor_ms(shape: Shape, mode: str) -> float:
-    return time_ms(copy, make_inputs=partial(make_inputs, shape, mode))
+def copy_floor_ms(shape: Shape, mode: str, *, graphed: bool = False) -> float:
+    timer = graph_ms if graphed else time_ms
+    return timer(copy, make_inputs=partial(make_inputs, shape, mode))
 
 
 def liger_rope():
@@ -143,13 +200,22 @@ def liger_version():
 
 
 def make_provider(name: str, shape: Shape):
-    """``fn(q, k) -> (q_out, k_out)`` on (B, T, H, D) tensors; tables are built here, untimed."""
-    cos, sin = rope_tables(standard(shape.D), shape.T, device=DEVICE)
+    """``fn(q, k) -> (q_out, k_out)`` on (B, T, H, D) tensors; tables are built here, untimed.
+    With ``shape.positions`` each token is at a random row of an N_POSITIONS-row table, as in
+    decode: ropetut takes the positions, the others gather their cos/sin rows on every call, the
+    way a Hugging Face model computes them from ``position_ids``."""
+    n_rows = N_POSITIONS if shape.positions else shape.T
+    cos, sin = rope_tables(standard(shape.D), n_rows, device=DEVICE)
+    pos = torch.randint(0, n_rows, (shape.B, shape.T), device=DEVICE) if shape.positions else None
     if name in ("torch eager", "torch.compile"):
-        rotary = LlmRotary(shape.D, shape.T).to(DEVICE)     # the seed's module: fp32 math, cast back
+        if shape.positions:
+            def eager(q, k):
+                return rope_at_positions(q, cos, sin, pos), rope_at_positions(k, cos, sin, pos)
+        else:
+            rotary = LlmRotary(shape.D, shape.T).to(DEVICE)   # the seed's module: fp32 math, cast back
 
-        def eager(q, k):
-            return rotary(q), rotary(k)
+            def eager(q, k):
+                return rotary(q), rotary(k)
         if name == "torch eager":
             return eager
         torch._dynamo.reset()         # a fresh static-shape compile per shape, never the recompile limit
@@ -160,49 +226,75 @@ def make_provider(name: str, shape: Shape):
         if name == "HF rotate_half":  # widens the tables itself, on every call
             rotate = partial(rope_rotate_half, cos=cos, sin=sin)
         else:                         # fused q and k, in place on the (B, T, H, D) storage
-            cos2, sin2 = torch.cat((cos, cos), -1)[None], torch.cat((sin, sin), -1)[None]
+            cos2, sin2 = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
 
-            def rotate(q, k):         # (1, T, D) full-width tables
-                return liger_rope().apply(q, k, cos2, sin2)
+            def rotate(q, k):         # (1, T, D) full-width tables, or (B, T, D) rows at positions
+                c, s = (cos2[pos], sin2[pos]) if shape.positions else (cos2[None], sin2[None])
+                return liger_rope().apply(q, k, c, s)
 
         def bhtd(q, k):
             q_out, k_out = rotate(q.transpose(1, 2), k.transpose(1, 2))
             return q_out.transpose(1, 2), k_out.transpose(1, 2)
         return bhtd
+    if name == "final (torch.ops)":   # the registered operator, called eagerly through the dispatcher
+        return lambda q, k: torch.ops.ropetut.rope(q, k, cos, sin, pos, False, shape.D, False, "final", False)
+    if name == "final (partial, in place)":   # chapter 7: rotate half the dims, skip the rest
+        cos, sin = rope_tables(standard(shape.D // 2), n_rows, device=DEVICE)
+        return partial(apply_rope, cos=cos, sin=sin, rotary_dim=shape.D // 2, inplace=True)
     inplace = name == "final (in place)"
     impl = "final" if inplace else name
-    return partial(apply_rope, cos=cos, sin=sin, impl=impl, interleaved=impl == "v1", inplace=inplace)
+    return partial(apply_rope, cos=cos, sin=sin, positions=pos, impl=impl, interleaved=impl == "v1",
+                   inplace=inplace)
+
+
+def rope_at_positions(x, cos, sin, positions):
+    """Eager PyTorch RoPE at given positions: gather each token's rows, rotate half-split pairs in
+    fp32, cast back. x: (B, T, H, D); positions: (B, T)."""
+    c, s = cos[positions][:, :, None], sin[positions][:, :, None]
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).type_as(x)
 
 
 def training_step(fn):
-    """Forward, then backward from the given output gradients gq, gk."""
+    """Forward, then backward from the given output gradients gq, gk to the inputs' gradients
+    (``autograd.grad``: nothing accumulates, so eager and graphed runs do the same work)."""
     def step(q, k, gq, gk):
-        torch.autograd.backward(fn(q, k), (gq, gk))
+        return torch.autograd.grad(fn(q, k), (q, k), (gq, gk))
     return step
 
 
-def measure(name: str, shape: Shape, mode: str, floor_ms: float) -> dict:
-    """One row of the table. A provider that raises gets its error recorded instead of a time."""
+def supports(name: str, shape: Shape, mode: str) -> bool:
+    return ((mode == "fwd" or name not in FWD_ONLY)
+            and (not shape.positions or name in TAKE_POSITIONS))
+
+
+def measure(name: str, shape: Shape, mode: str, floor_ms: float, graph_floor_ms: float | None) -> dict:
+    """One row of the table, eager and (unless graph_floor_ms is None) graphed. A provider that
+    raises gets its error recorded instead of a time."""
     row = dict(shape=shape.label, tokens=shape.tokens, provider=name, mode=mode, ms=None, gbps=None,
-               pct_floor=None, vs_liger=None, peak_mem_mb=None, error=None)
+               pct_floor=None, vs_liger=None, graph_ms=None, graph_pct_floor=None,
+               graph_vs_liger=None, peak_mem_mb=None, error=None)
     inputs = partial(make_inputs, shape, mode)
     try:
         if name == COPY:
-            fn, ms = copy, floor_ms   # run() timed it first
+            fn, ms, graphed = copy, floor_ms, graph_floor_ms   # run() timed it first
         else:
             fn = make_provider(name, shape)
             fn = training_step(fn) if mode == "fwd+bwd" else fn
             ms = time_ms(fn, make_inputs=inputs)
+            graphed = None if graph_floor_ms is None else graph_ms(fn, make_inputs=inputs)
         row.update(ms=ms, gbps=bytes_moved(shape, mode) / ms / 1e6, pct_floor=floor_ms / ms * 100,
                    peak_mem_mb=peak_mem_mb(fn, inputs()))
+        if graphed is not None:
+            row.update(graph_ms=graphed, graph_pct_floor=graph_floor_ms / graphed * 100)
     except Exception as e:            # one failing peer must not end the benchmark
         row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
     return row
 
 
-def run(shapes, providers=None, modes=("fwd",), progress=True):
-    """Time the providers on each shape and mode, the copy floor first. Returns the rows, or
-    None without a GPU."""
+def run(shapes, providers=None, modes=("fwd",), progress=True, graphs=True):
+    """Time the providers on each shape and mode, the copy floor first, eagerly and (with
+    ``graphs``) from CUDA graphs. Returns the rows, or None without a GPU."""
     if not on_gpu():
         print(notebook.NO_GPU)
         return None
@@ -210,39 +302,82 @@ def run(shapes, providers=None, modes=("fwd",), progress=True):
     if "liger" in providers and liger_rope() is None:
         print("liger: liger_kernel does not import (pip install liger-kernel), skipped")
         providers.remove("liger")
-
-    def names(mode):
-        """No fwd+bwd row for "final (in place)": autograd refuses an in-place op on a leaf,
-        and its backward is final's."""
-        return [n for n in providers if not (mode == "fwd+bwd" and n == "final (in place)")]
-
+    todo = [(shape, mode, [n for n in providers if supports(n, shape, mode)])
+            for shape in shapes for mode in modes]
     rows = []
-    with tqdm(total=len(shapes) * sum(len(names(m)) for m in modes), disable=not progress) as bar:
-        for shape in shapes:
-            for mode in modes:
-                floor_ms = copy_floor_ms(shape, mode)
-                for name in names(mode):
-                    bar.set_description(f"{shape.label} {mode} {name}")
-                    rows.append(measure(name, shape, mode, floor_ms))
-                    bar.update()
-    liger = {(r["shape"], r["mode"]): r["ms"] for r in rows if r["provider"] == "liger" and r["ms"]}
-    for r in rows:
-        key = (r["shape"], r["mode"])
-        r["vs_liger"] = r["ms"] / liger[key] if key in liger and r["ms"] else None
+    warm_up_gpu()
+    with tqdm(total=sum(len(names) for *_, names in todo), disable=not progress) as bar:
+        for shape, mode, names in todo:
+            floor_ms = copy_floor_ms(shape, mode)
+            graph_floor_ms = copy_floor_ms(shape, mode, graphed=True) if graphs else None
+            for name in names:
+                bar.set_description(f"{shape.label} {mode} {name}")
+                rows.append(measure(name, shape, mode, floor_ms, graph_floor_ms))
+                bar.update()
+    for prefix in ("", "graph_"):
+        liger = {(r["shape"], r["mode"]): r[prefix + "ms"] for r in rows
+                 if r["provider"] == "liger" and r[prefix + "ms"]}
+        for r in rows:
+            key = (r["shape"], r["mode"])
+            r[prefix + "vs_liger"] = r[prefix + "ms"] / liger[key] if key in liger and r[prefix + "ms"] else None
     return rows
 
 
-def format_table(rows) -> str:
-    lines = [f"{'impl':18} {'shape':27} {'mode':7} {'ms':>8} {'GB/s':>6} {'%floor':>6} "
-             f"{'vs liger':>8} {'peak MB':>8}"]
+def warm_up_gpu(seconds: float = 0.5) -> None:
+    """Keep the GPU busy for a moment before timing: an idle GPU lowers its clocks, and do_bench's
+    25 ms of warm-up is too short to bring them back."""
+    x = torch.empty(2**28, dtype=torch.uint8, device=DEVICE)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        x.clone()
+        torch.cuda.synchronize()
+
+
+HOST_PROVIDERS = ("torch eager", "torch.compile", "liger", "final (torch.ops)", "final")
+
+
+def host_rows(providers=HOST_PROVIDERS, modes=MODES, shape=HOST_SHAPE):
+    """Host microseconds per call of each provider on a tiny shape, and the ratio to Liger's.
+    Returns a list of dicts, or None without a GPU."""
+    if not on_gpu():
+        print(notebook.NO_GPU)
+        return None
+    providers = [p for p in providers if p != "liger" or liger_rope() is not None]
+    rows = []
+    for mode in modes:
+        for name in providers:
+            fn = make_provider(name, shape)
+            fn = training_step(fn) if mode == "fwd+bwd" else fn
+            rows.append(dict(provider=name, mode=mode, shape=shape.label,
+                             host_us=host_us(fn, make_inputs(shape, mode)), vs_liger=None))
+    liger = {r["mode"]: r["host_us"] for r in rows if r["provider"] == "liger"}
     for r in rows:
-        head = f"{r['provider']:18} {r['shape']:27} {r['mode']:7}"
-        if r.get("error"):
-            lines.append(f"{head} error: {r['error']}")
-            continue
+        r["vs_liger"] = r["host_us"] / liger[r["mode"]] if r["mode"] in liger else None
+    return rows
+
+
+def format_host_table(rows) -> str:
+    lines = [f"{'impl':18} {'mode':7} {'host us/call':>12} {'vs liger':>8}"]
+    for r in rows:
         vs = f"{r['vs_liger']:.2f}x" if r["vs_liger"] else "-"
-        lines.append(f"{head} {r['ms']:8.3f} {r['gbps']:6.0f} {r['pct_floor']:5.0f}% {vs:>8} "
-                     f"{r['peak_mem_mb']:8.0f}")
+        lines.append(f"{r['provider']:18} {r['mode']:7} {r['host_us']:12.1f} {vs:>8}")
+    return "\n".join(lines)
+
+
+def format_table(rows) -> str:
+    lines = [f"{'impl':25} {'shape':37} {'mode':7} | {'eager ms':>8} {'%floor':>6} {'vs liger':>8} | "
+             f"{'graph ms':>8} {'%floor':>6} {'vs liger':>8} | {'peak MB':>7}"]
+    for r in rows:
+        head = f"{r['provider']:25} {r['shape']:37} {r['mode']:7}"
+        if r.get("error"):
+            lines.append(f"{head} | error: {r['error']}")
+            continue
+        cells = []
+        for prefix in ("", "graph_"):
+            ms, vs = r.get(prefix + "ms"), r.get(prefix + "vs_liger")
+            cells.append(f"{ms:8.3f} {r[prefix + 'pct_floor']:5.0f}% {f'{vs:.2f}x' if vs else '-':>8}"
+                         if ms else f"{'-':>8} {'-':>6} {'-':>8}")
+        lines.append(f"{head} | {cells[0]} | {cells[1]} | {r['peak_mem_mb']:7.0f}")
     return "\n".join(lines)
 
 
@@ -260,39 +395,48 @@ def _without_T(label):
 
 
 def plot(rows, path=None, *, x="tokens", y="pct_floor"):
-    """One panel per mode. Shapes that differ only in T (a sweep): a line per provider over x.
-    Otherwise: bars, one group per shape, one bar per provider. Saves a PNG when path is given.
-    In a notebook, assign the figure (or end the line with ';') so it shows once."""
+    """One row of panels per mode; a second column, graphed, when the rows were timed from CUDA
+    graphs too. Shapes that differ only in T (a sweep): a line per provider over x (log axes when
+    x spans two decades or more). Otherwise: bars, one group per shape, one bar per provider.
+    Saves a PNG when path is given. In a notebook, assign the figure (or end the line with ';')
+    so it shows once."""
     import matplotlib.pyplot as plt
 
     rows = [r for r in rows if r["ms"] and not (y == "pct_floor" and r["provider"] == COPY)]
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     providers = list(dict.fromkeys(r["provider"] for r in rows))
+    columns = [("eager", y)] + ([("CUDA graph", "graph_" + y)] if any(r.get("graph_" + y) for r in rows) else [])
     sweep = len(shapes) >= 3 and len({_without_T(s) for s in shapes}) == 1
-    fig, axes = plt.subplots(len(modes), 1, figsize=(8 if sweep else 12, 4 * len(modes)),
-                             squeeze=False, layout="constrained")
-    for ax, mode in zip(axes[:, 0], modes):
-        for i, name in enumerate(providers):
-            mine = [r for r in rows if r["provider"] == name and r["mode"] == mode]
-            # the same colour for a provider in every figure: black for the floor, C0-C9 for the rest
-            style = dict(label=name, color="black" if name == COPY else f"C{PROVIDERS.index(name) - 1}")
-            if sweep:
-                mine.sort(key=lambda r: r[x])
-                ax.plot([r[x] for r in mine], [r[y] for r in mine], marker="o",
-                        linestyle="--" if name in PEERS else "-", **style)
-            else:
-                width = 0.8 / len(providers)
-                ax.bar([shapes.index(r["shape"]) + (i - (len(providers) - 1) / 2) * width for r in mine],
-                       [r[y] for r in mine], width, **style)
-        if not sweep:
-            ax.set_xticks(range(len(shapes)), shapes, rotation=20, ha="right", fontsize=8)
-        if y == "pct_floor":
-            ax.axhline(100, color="black", linestyle="--", linewidth=1)
-        ax.set(title=mode, xlabel=AXIS_LABELS[x] if sweep else "shape (B x T x Hq/Hkv x D)",
-               ylabel=AXIS_LABELS[y])
-        ax.grid(axis="y", alpha=0.3)
-    axes[0, 0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    fig, axes = plt.subplots(len(modes), len(columns), squeeze=False, layout="constrained",
+                             figsize=((8 if sweep else 12) * (1 if len(columns) == 1 else 0.75) * len(columns),
+                                      4 * len(modes)), sharey="row" if y == "pct_floor" else False)
+    for row_axes, mode in zip(axes, modes):
+        for ax, (how, key) in zip(row_axes, columns):
+            for i, name in enumerate(providers):
+                mine = [r for r in rows if r["provider"] == name and r["mode"] == mode and r.get(key)]
+                # the same colour for a provider in every figure: black for the floor, C0-C9 for the rest
+                style = dict(label=name, color="black" if name == COPY else f"C{(PROVIDERS.index(name) - 1) % 10}")
+                if sweep:
+                    mine.sort(key=lambda r: r[x])
+                    ax.plot([r[x] for r in mine], [r[key] for r in mine], marker="o",
+                            linestyle="--" if name in PEERS else "-", **style)
+                else:
+                    width = 0.8 / len(providers)
+                    ax.bar([shapes.index(r["shape"]) + (i - (len(providers) - 1) / 2) * width for r in mine],
+                           [r[key] for r in mine], width, **style)
+            if sweep and max(r[x] for r in rows) >= 100 * min(r[x] for r in rows):
+                ax.set_xscale("log", base=2)
+                if y == "ms":
+                    ax.set_yscale("log")
+            if not sweep:
+                ax.set_xticks(range(len(shapes)), shapes, rotation=20, ha="right", fontsize=8)
+            if y == "pct_floor":
+                ax.axhline(100, color="black", linestyle="--", linewidth=1)
+            ax.set(title=mode if len(columns) == 1 else f"{mode}, {how}",
+                   xlabel=AXIS_LABELS[x] if sweep else "shape (B x T x Hq/Hkv x D)", ylabel=AXIS_LABELS[y])
+            ax.grid(axis="y", alpha=0.3)
+    axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     gpu = torch.cuda.get_device_name() if on_gpu() else "no GPU"
     fig.suptitle(f"RoPE on {gpu}: {AXIS_LABELS[y]}")
     if path:
@@ -309,25 +453,32 @@ def environment() -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ropetut bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="seed002, seed004's small shape, llama3_8b and 4 points of seed001")
-    parser.add_argument("--json", metavar="PATH", help="write {environment, rows} here")
+                        help="seed002, seed004's small shape, llama3_8b, 4 points of seed001 and decode")
+    parser.add_argument("--json", metavar="PATH", help="write {environment, rows, host} here")
     parser.add_argument("--plot", metavar="PATH", help="write the figure here (PNG)")
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, metavar="NAME",
                         help=f"shape groups, of {', '.join(SHAPES)} (default: all)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--no-graphs", action="store_true", help="eager timings only")
+    parser.add_argument("--no-host", action="store_true", help="skip the host-time-per-call table")
     args = parser.parse_args(argv)
     if args.shapes:
         shapes = [s for name in args.shapes for s in SHAPES[name]]
     else:
         shapes = QUICK if args.quick else [s for group in SHAPES.values() for s in group]
-    rows = run(shapes, modes=args.modes)
+    rows = run(shapes, modes=args.modes, graphs=not args.no_graphs)
     if rows is None:
         return 0
+    host = None if args.no_host else host_rows(modes=args.modes)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"environment": environment(), "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"environment": environment(), "rows": rows, "host": host},
+                                              indent=1))
     if args.plot:
         plot(rows, args.plot)
     print_table(rows)
+    if host:
+        print()
+        print(format_host_table(host))
     # A peer may fail (its error is in the table); one of ropetut's own versions may not.
     return 1 if any(r["error"] and r["provider"] in VERSIONS for r in rows) else 0

@@ -39,14 +39,17 @@ def check_rope_args(q, k, cos, sin, positions=None, *, rotary_dim=None, interlea
     if not isinstance(inplace, bool):
         raise TypeError(f"inplace: must be a bool, got {type(inplace).__name__}")
     _check_tensor(q, "q", layout)
-    B, T, Hq, D = _as_bthd(q, layout).shape
+    q4 = _as_bthd(q, layout)
+    B, T, Hq, D = q4.shape
     if D % 2:
         raise ValueError(f"q: head dim must be even to form pairs, got D={D}")
+    k4 = None
     if k is not None:
         _check_tensor(k, "k", layout)
         if k.dtype != q.dtype:
             raise TypeError(f"k: dtype {k.dtype} differs from q's {q.dtype}")
-        Bk, Tk, Hk, Dk = _as_bthd(k, layout).shape
+        k4 = _as_bthd(k, layout)
+        Bk, Tk, Hk, Dk = k4.shape
         if (Bk, Tk, Dk) != (B, T, D):
             raise ValueError(f"k: (batch, seq, head_dim) = {(Bk, Tk, Dk)} must match q's {(B, T, D)}")
         if Hq % Hk:
@@ -82,17 +85,15 @@ def check_rope_args(q, k, cos, sin, positions=None, *, rotary_dim=None, interlea
         if tuple(positions.shape) not in ((T,), (B, T)):
             raise ValueError(f"positions: shape must be (T,) = {(T,)} or (B, T) = {(B, T)}, "
                              f"got {tuple(positions.shape)}")
-    named = [("q", q), ("k", k), ("cos", cos), ("sin", sin), ("positions", positions)]
-    for name, t in named:
-        if t is not None and t.device != q.device:
-            raise ValueError(f"{name}: on {t.device}, but q is on {q.device}")
-    if q.device.type != DEVICE.type:
+    device = q.device
+    for name, t in (("k", k), ("cos", cos), ("sin", sin), ("positions", positions)):
+        if t is not None and t.device != device:
+            raise ValueError(f"{name}: on {t.device}, but q is on {device}")
+    if device.type != DEVICE.type:
         mode = "Triton's interpreter (no CUDA device)" if INTERPRETED else "compiled GPU kernels"
-        raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors, got {q.device}")
-    if positions is not None:
-        positions = positions.expand(B, T)
-    return RopeArgs(q=_as_bthd(q, layout), k=None if k is None else _as_bthd(k, layout),
-                    cos=cos.contiguous(), sin=sin.contiguous(), positions=positions,
+        raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors, got {device}")
+    return RopeArgs(q=q4, k=k4, cos=cos.contiguous(), sin=sin.contiguous(),
+                    positions=None if positions is None else positions.expand(B, T),
                     rotary_dim=rotary_dim)
 
 

@@ -36,7 +36,7 @@ def test_bytes_moved():
 
 
 @pytest.mark.parametrize("name", ["HF rotate_half", "liger", "v1", "v2", "v3", "v4", "final",
-                                  "final (in place)"])
+                                  "final (in place)", "final (torch.ops)"])
 def test_providers_compute_rope(name):
     """Each provider's wrapper (layouts, tables, in place) computes standard RoPE, on any device."""
     if name == "liger" and bench.liger_rope() is None:
@@ -47,6 +47,42 @@ def test_providers_compute_rope(name):
     expected = [rope_reference(x, cos, sin, interleaved=name == "v1") for x in (q, k)]
     for out, ref in zip(bench.make_provider(name, shape)(q, k), expected):
         torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["torch eager", "liger", "final", "final (in place)"])
+def test_providers_at_positions_compute_rope(name):
+    """Decode shapes: each provider rotates every token by its own row of the table."""
+    if name == "liger" and bench.liger_rope() is None:
+        pytest.skip("liger_kernel is not installed")
+    shape = bench.Shape(B=3, T=1, HQ=4, HK=2, D=16, dtype=torch.float32, positions=True)
+    torch.manual_seed(1)
+    fn = bench.make_provider(name, shape)           # draws the positions
+    torch.manual_seed(1)
+    cos, sin = tables(shape.D, bench.N_POSITIONS)
+    pos = torch.randint(0, bench.N_POSITIONS, (shape.B, shape.T), device=ropetut.DEVICE)
+    q, k = randn(3, 1, 4, 16), randn(3, 1, 2, 16)
+    expected = [rope_reference(x, cos, sin, positions=pos) for x in (q, k)]
+    for out, ref in zip(fn(q, k), expected):
+        torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_partial_in_place_rotates_half_the_dims():
+    shape = bench.Shape(B=2, T=9, HQ=4, HK=2, D=16, dtype=torch.float32)
+    cos, sin = ropetut.rope_tables(ropetut.standard(8), 9, device=ropetut.DEVICE)
+    q, k = randn(2, 9, 4, 16), randn(2, 9, 2, 16)
+    expected = [rope_reference(x, cos, sin, rotary_dim=8) for x in (q, k)]
+    for out, ref in zip(bench.make_provider("final (partial, in place)", shape)(q, k), expected):
+        torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_supports():
+    decode = bench.SHAPES["decode"][0]
+    assert decode.positions and decode.label == "64x1x32/8x128 bfloat16 positions"
+    assert bench.supports("final", decode, "fwd") and bench.supports("liger", decode, "fwd+bwd")
+    assert not bench.supports("v4", decode, "fwd")                 # the teaching versions take no positions
+    seed002 = bench.SHAPES["seed002"][0]
+    assert bench.supports("final (in place)", seed002, "fwd")
+    assert not bench.supports("final (in place)", seed002, "fwd+bwd")
 
 
 def test_torch_eager_is_the_seed_module():
@@ -78,23 +114,38 @@ def synthetic_rows(labels, tokens):
         for mode, floor in (("fwd", 0.2), ("fwd+bwd", 0.4)):
             for name, ms in ((bench.COPY, floor), ("torch eager", 10 * floor),
                              ("liger", 1.05 * floor), ("final", 1.01 * floor)):
+                graphed = ms * 0.9 if name != bench.COPY else floor * 0.95
                 rows.append(dict(shape=label, tokens=n, provider=name, mode=mode, ms=ms, gbps=1e3 / ms,
                                  pct_floor=floor / ms * 100, vs_liger=ms / (1.05 * floor),
+                                 graph_ms=graphed, graph_pct_floor=floor * 0.95 / graphed * 100,
+                                 graph_vs_liger=graphed / (0.9 * 1.05 * floor),
                                  peak_mem_mb=64.0, error=None))
         rows.append(dict(rows[-1], provider="HF rotate_half", ms=None, gbps=None, pct_floor=None,
-                         vs_liger=None, peak_mem_mb=None, error="OutOfMemoryError: CUDA out of memory"))
+                         vs_liger=None, graph_ms=None, graph_pct_floor=None, graph_vs_liger=None,
+                         peak_mem_mb=None, error="OutOfMemoryError: CUDA out of memory"))
     return rows
 
 
 def test_format_table():
     rows = synthetic_rows(["4x4096x16/16x256 bfloat16"], [16384])
     lines = bench.format_table(rows).splitlines()
-    assert lines[0].split() == ["impl", "shape", "mode", "ms", "GB/s", "%floor", "vs", "liger", "peak", "MB"]
+    assert lines[0].split() == ["impl", "shape", "mode", "|", "eager", "ms", "%floor", "vs", "liger", "|",
+                                "graph", "ms", "%floor", "vs", "liger", "|", "peak", "MB"]
     assert len(lines) == 1 + len(rows)
     floor = next(line for line in lines if line.startswith(bench.COPY))
-    assert "100%" in floor and "0.200" in floor
-    assert "final" in lines[4] and "99%" in lines[4] and "0.96x" in lines[4]
+    assert "100%" in floor and "0.200" in floor and "0.190" in floor
+    final = lines[4].split("|")
+    assert final[0].startswith("final") and "99%" in final[1] and "0.96x" in final[1]
+    assert "0.182" in final[2] and "105%" in final[2] and "0.96x" in final[2]
     assert lines[-1].startswith("HF rotate_half") and "error: OutOfMemoryError" in lines[-1]
+
+
+def test_format_host_table():
+    rows = [dict(provider="liger", mode="fwd", shape="s", host_us=80.0, vs_liger=1.0),
+            dict(provider="final", mode="fwd", shape="s", host_us=30.0, vs_liger=0.375)]
+    lines = bench.format_host_table(rows).splitlines()
+    assert lines[0].split() == ["impl", "mode", "host", "us/call", "vs", "liger"]
+    assert lines[2].split() == ["final", "fwd", "30.0", "0.38x"]
 
 
 @pytest.mark.parametrize("kind", ["sweep", "bars"])
@@ -109,8 +160,11 @@ def test_plot_writes_png(tmp_path, kind):
     path = tmp_path / "figure.png"
     fig = bench.plot(synthetic_rows(labels, tokens), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [ax.get_title() for ax in fig.axes] == ["fwd", "fwd+bwd"]
+    assert [ax.get_title() for ax in fig.axes] == ["fwd, eager", "fwd, CUDA graph",
+                                                   "fwd+bwd, eager", "fwd+bwd, CUDA graph"]
     assert fig.axes[0].get_ylabel().startswith("% of the copy floor")
+    eager_only = [dict(r, graph_ms=None, graph_pct_floor=None) for r in synthetic_rows(labels, tokens)]
+    assert [ax.get_title() for ax in bench.plot(eager_only).axes] == ["fwd", "fwd+bwd"]
 
 
 @gpu_only
@@ -122,10 +176,18 @@ def test_run_on_gpu():
     assert all(r["error"] is None for r in rows), rows
     for r in rows:
         assert r["shape"] == shape.label and r["tokens"] == shape.tokens
-        assert r["ms"] > 0 and r["gbps"] > 0 and r["peak_mem_mb"] >= 0
-        assert r["vs_liger"] is None
-    assert rows[0]["pct_floor"] == pytest.approx(100)
-    assert rows[2]["pct_floor"] == pytest.approx(100)
+        assert r["ms"] > 0 and r["gbps"] > 0 and r["peak_mem_mb"] >= 0 and r["graph_ms"] > 0
+        assert r["vs_liger"] is None and r["graph_vs_liger"] is None
+    for floor in (rows[0], rows[2]):
+        assert floor["pct_floor"] == pytest.approx(100) and floor["graph_pct_floor"] == pytest.approx(100)
+
+
+@gpu_only
+def test_host_rows_on_gpu():
+    rows = bench.host_rows(providers=("final", "final (torch.ops)"), modes=bench.MODES)
+    assert [(r["provider"], r["mode"]) for r in rows] == [
+        ("final", "fwd"), ("final (torch.ops)", "fwd"), ("final", "fwd+bwd"), ("final (torch.ops)", "fwd+bwd")]
+    assert all(r["host_us"] > 0 and r["vs_liger"] is None for r in rows)
 
 
 @gpu_only
@@ -133,3 +195,4 @@ def test_time_ms_on_gpu():
     x = torch.randn(1 << 20, device="cuda")
     assert bench.time_ms(lambda: x.clone()) > 0
     assert bench.time_ms(torch.clone, make_inputs=lambda: (torch.randn(1 << 10, device="cuda"),)) > 0
+    assert bench.graph_ms(torch.clone, make_inputs=lambda: (torch.randn(1 << 10, device="cuda"),)) > 0

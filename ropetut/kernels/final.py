@@ -92,7 +92,7 @@ def rope_final_kernel(
                   BLOCK_H, BLOCK_PASS, INTERLEAVED, COPY_PASS)
 
 
-# (shapes, strides, dtypes, options, pointer alignments) -> (launch, grid, scalar arguments)
+# (shapes, strides, dtypes, options) -> (compiled kernel bound to its grid, scalar arguments)
 _LAUNCHES = {}
 
 
@@ -106,19 +106,21 @@ def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=Fals
     pos = q if positions is None else positions            # a placeholder pointer, never read
     pointers = (q, kk, q_out, kk_out, cos, sin, pos)
     # Everything Triton specializes on is a function of this key: integer arguments come from
-    # shapes and strides, pointer arguments from dtypes and 16-byte alignment.
+    # shapes and strides, pointer arguments from dtypes and 16-byte alignment. Launches with a
+    # misaligned pointer (rare: a view at an odd offset) go through Triton's JIT every time.
+    aligned = (q.data_ptr() | kk.data_ptr() | q_out.data_ptr() | kk_out.data_ptr() | cos.data_ptr()
+               | sin.data_ptr() | pos.data_ptr()) % 16 == 0
     key = (q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.device,
            None if k is None else (k.shape, k.stride(), k_out.stride(), k.dtype),
            cos.shape, cos.stride(), cos.dtype, sin.stride(), sin.dtype,
            None if positions is None else (positions.stride(), positions.dtype),
-           R, interleaved, backward, q_out.data_ptr() == q.data_ptr(),
-           tuple(t.data_ptr() % 16 for t in pointers))
-    cached = _LAUNCHES.get(key)
+           R, interleaved, backward, q_out.data_ptr() == q.data_ptr())
+    cached = _LAUNCHES.get(key) if aligned else None
     if cached is None:
         launch, grid, scalars = _first_launch(*pointers, k is not None, positions is not None, R,
                                               interleaved, backward)
-        if launch is not None:           # None under the interpreter: nothing compiled to keep
-            if len(_LAUNCHES) >= 4096:   # a bound on memory for callers that never repeat a shape
+        if aligned and launch is not None:   # None under the interpreter: nothing compiled to keep
+            if len(_LAUNCHES) >= 4096:       # a bound on memory for callers that never repeat a shape
                 _LAUNCHES.clear()
             _LAUNCHES[key] = (launch[grid], scalars)
     else:
