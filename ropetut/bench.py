@@ -35,6 +35,7 @@ COPY = "copy (floor)"
 PEERS = ("torch eager", "torch.compile", "HF rotate_half", "liger")
 VERSIONS = ("v1", "v2", "v3", "v4", "final", "final (in place)", "final (partial, in place)")
 PROVIDERS = (COPY, *PEERS, *VERSIONS)
+AUTOGRAD_FLOOR = "autograd.Function floor"   # host_rows: what an empty autograd.Function costs
 FWD_ONLY = ("final (in place)", "final (partial, in place)")   # autograd refuses in place on a leaf
 TAKE_POSITIONS = (COPY, "torch eager", "torch.compile", "liger", "final", "final (in place)")
 
@@ -145,20 +146,15 @@ def graph_ms(fn, *, make_inputs) -> float:
     return ms
 
 
-def host_us(fn, inputs, calls=2000) -> float:
-    """Host microseconds per ``fn(*inputs)``: the median of five timed loops of calls on tensors so
-    small that the GPU finishes each kernel before the host has issued the next."""
-    for _ in range(50):
+def host_us(fn, inputs, calls=300) -> float:
+    """Host microseconds per ``fn(*inputs)`` over one timed loop of calls, on tensors so small that
+    the GPU finishes each kernel before the host has issued the next."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
         fn(*inputs)
     torch.cuda.synchronize()
-    loops = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls // 5):
-            fn(*inputs)
-        torch.cuda.synchronize()
-        loops.append((time.perf_counter() - start) / (calls // 5) * 1e6)
-    return sorted(loops)[2]
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def peak_mem_mb(fn, inputs) -> float:
@@ -305,7 +301,6 @@ def run(shapes, providers=None, modes=("fwd",), progress=True, graphs=True):
     todo = [(shape, mode, [n for n in providers if supports(n, shape, mode)])
             for shape in shapes for mode in modes]
     rows = []
-    warm_up_gpu()
     with tqdm(total=sum(len(names) for *_, names in todo), disable=not progress) as bar:
         for shape, mode, names in todo:
             floor_ms = copy_floor_ms(shape, mode)
@@ -323,33 +318,47 @@ def run(shapes, providers=None, modes=("fwd",), progress=True, graphs=True):
     return rows
 
 
-def warm_up_gpu(seconds: float = 0.5) -> None:
-    """Keep the GPU busy for a moment before timing: an idle GPU lowers its clocks, and do_bench's
-    25 ms of warm-up is too short to bring them back."""
-    x = torch.empty(2**28, dtype=torch.uint8, device=DEVICE)
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        x.clone()
-        torch.cuda.synchronize()
+HOST_PROVIDERS = ("torch eager", "torch.compile", "liger", "final (torch.ops)", "final", AUTOGRAD_FLOOR)
 
 
-HOST_PROVIDERS = ("torch eager", "torch.compile", "liger", "final (torch.ops)", "final")
+class _Identity(torch.autograd.Function):
+    """An autograd.Function that does nothing: its fwd+bwd host time is what autograd itself
+    costs any such operator, Liger's and ours included."""
+
+    @staticmethod
+    def forward(ctx, q, k):
+        return q.view_as(q), k.view_as(k)
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        return dq, dk
 
 
-def host_rows(providers=HOST_PROVIDERS, modes=MODES, shape=HOST_SHAPE):
+def host_rows(providers=HOST_PROVIDERS, modes=MODES, shape=HOST_SHAPE, rounds=9):
     """Host microseconds per call of each provider on a tiny shape, and the ratio to Liger's.
-    Returns a list of dicts, or None without a GPU."""
+    The host is noisy and drifts, so providers take turns: ``rounds`` rounds of one timed loop
+    each, and each provider's figure is its median round. Returns a list of dicts, or None
+    without a GPU."""
     if not on_gpu():
         print(notebook.NO_GPU)
         return None
     providers = [p for p in providers if p != "liger" or liger_rope() is not None]
     rows = []
     for mode in modes:
+        inputs = make_inputs(shape, mode)
+        fns = {}
         for name in providers:
-            fn = make_provider(name, shape)
-            fn = training_step(fn) if mode == "fwd+bwd" else fn
+            fn = _Identity.apply if name == AUTOGRAD_FLOOR else make_provider(name, shape)
+            fns[name] = training_step(fn) if mode == "fwd+bwd" else fn
+            for _ in range(20):        # compile, warm up
+                fns[name](*inputs)
+        times = {name: [] for name in providers}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                times[name].append(host_us(fn, inputs))
+        for name in providers:
             rows.append(dict(provider=name, mode=mode, shape=shape.label,
-                             host_us=host_us(fn, make_inputs(shape, mode)), vs_liger=None))
+                             host_us=sorted(times[name])[rounds // 2], vs_liger=None))
     liger = {r["mode"]: r["host_us"] for r in rows if r["provider"] == "liger"}
     for r in rows:
         r["vs_liger"] = r["host_us"] / liger[r["mode"]] if r["mode"] in liger else None

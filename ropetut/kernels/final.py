@@ -10,8 +10,8 @@ What it adds to V4, and why:
   copied; in place, they are never touched, so they cost no bytes at all.
 - in place: pass the input as the output. Each element is loaded before it is stored by the
   same program, and no two programs share an element, so this is safe.
-- int64 offsets: token, batch and head indices are widened before they meet a stride, so
-  tensors past 2**31 elements index correctly.
+- int64 offsets where they are needed: for a tensor of 2**31 elements or more, token, batch
+  and head indices are widened before they meet a stride; smaller tensors keep int32 arithmetic.
 - fp64 inputs compute in fp64 (gradcheck needs that); everything else computes in fp32.
 - a cheap launch: Triton's launcher re-derives the kernel's specialization from every argument on
   every call, which costs more host time than a small kernel's GPU time. ``rope_final`` keeps
@@ -27,32 +27,11 @@ from ..launch import tile_sizes
 
 
 @triton.jit
-def _rotate_heads(x_ptr, o_ptr, x_tok, o_tok, tok_mask, i, cos, sin, H, HALF, D, R,
-                  sxh, sxd, soh, sod,
-                  BLOCK_H: tl.constexpr, BLOCK_PASS: tl.constexpr,
-                  INTERLEAVED: tl.constexpr, COPY_PASS: tl.constexpr):
-    if INTERLEAVED:
-        d1 = 2 * i
-        d2 = 2 * i + 1
-    else:
-        d1 = i
-        d2 = i + HALF
-    for h0 in range(0, H, BLOCK_H):
-        h = (h0 + tl.arange(0, BLOCK_H)[None, :, None]).to(tl.int64)
-        mask = tok_mask & (h < H) & (i < HALF)
-        x_row = x_ptr + x_tok + h * sxh
-        o_row = o_ptr + o_tok + h * soh
-        x1 = tl.load(x_row + d1 * sxd, mask=mask).to(cos.dtype)   # cos/sin already hold the compute dtype
-        x2 = tl.load(x_row + d2 * sxd, mask=mask).to(cos.dtype)
-        y1 = x1 * cos - x2 * sin
-        y2 = x2 * cos + x1 * sin
-        tl.store(o_row + d1 * sod, y1.to(o_ptr.dtype.element_ty), mask=mask)
-        tl.store(o_row + d2 * sod, y2.to(o_ptr.dtype.element_ty), mask=mask)
-        if COPY_PASS:   # out of place with R < D: the untouched dims still need copying
-            for d0 in range(R, D, BLOCK_PASS):
-                d = d0 + tl.arange(0, BLOCK_PASS)[None, None, :]
-                pmask = tok_mask & (h < H) & (d < D)
-                tl.store(o_row + d * sod, tl.load(x_row + d * sxd, mask=pmask), mask=pmask)
+def _copy_pass_dims(x_row, o_row, mask, R, D, sxd, sod, BLOCK_PASS: tl.constexpr):
+    """Out of place with R < D: the dims that do not turn still need copying to the output."""
+    for d0 in range(R, D, BLOCK_PASS):
+        d = d0 + tl.arange(0, BLOCK_PASS)[None, None, :]
+        tl.store(o_row + d * sod, tl.load(x_row + d * sxd, mask=mask & (d < D)), mask=mask & (d < D))
 
 
 @triton.jit
@@ -63,35 +42,60 @@ def rope_final_kernel(
     sqob, sqot, sqoh, sqod, skob, skot, skoh, skod,   # q_out, k_out strides
     s_cos, spb, spt,                                  # cos/sin row stride; positions (B, T) strides
     HAS_POSITIONS: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
-    COPY_PASS: tl.constexpr, FP64: tl.constexpr,
+    COPY_PASS: tl.constexpr, FP64: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_PASS: tl.constexpr,
 ):
-    b = tl.program_id(1).to(tl.int64)
-    t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
+    b = tl.program_id(1)
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
+    if WIDE:   # a tensor of 2**31 elements or more: offsets in int64
+        b, t = b.to(tl.int64), t.to(tl.int64)
     i = tl.arange(0, BLOCK_HALF)[None, None, :]
     tok_mask = t < T
     ti_mask = tok_mask & (i < HALF)
+    table_mask = ti_mask
     if HAS_POSITIONS:   # a row outside the table is never read: its token gets NaN instead
-        row = tl.load(pos_ptr + b * spb + t * spt, mask=tok_mask, other=0).to(tl.int64)
-        ti_mask = ti_mask & (row >= 0) & (row < N_POS)
+        row = tl.load(pos_ptr + b * spb + t * spt, mask=tok_mask, other=0)
+        table_mask = table_mask & (row >= 0) & (row < N_POS)
     else:
         row = t
-    cos = tl.load(cos_ptr + row * s_cos + i, mask=ti_mask, other=float("nan"))
-    sin = tl.load(sin_ptr + row * s_cos + i, mask=ti_mask, other=float("nan"))
+    cos = tl.load(cos_ptr + row * s_cos + i, mask=table_mask, other=float("nan"))
+    sin = tl.load(sin_ptr + row * s_cos + i, mask=table_mask, other=float("nan"))
     if FP64:
         cos, sin = cos.to(tl.float64), sin.to(tl.float64)
     else:
         cos, sin = cos.to(tl.float32), sin.to(tl.float32)
     if BACKWARD:
         sin = -sin
-    _rotate_heads(q_ptr, qo_ptr, b * sqb + t * sqt, b * sqob + t * sqot, tok_mask, i, cos, sin,
-                  HQ, HALF, D, R, sqh, sqd, sqoh, sqod,
-                  BLOCK_H, BLOCK_PASS, INTERLEAVED, COPY_PASS)
-    _rotate_heads(k_ptr, ko_ptr, b * skb + t * skt, b * skob + t * skot, tok_mask, i, cos, sin,
-                  HK, HALF, D, R, skh, skd, skoh, skod,
-                  BLOCK_H, BLOCK_PASS, INTERLEAVED, COPY_PASS)
+    if INTERLEAVED:
+        d1, d2 = 2 * i, 2 * i + 1
+    else:
+        d1, d2 = i, i + HALF
+    q_tok, qo_tok = q_ptr + b * sqb + t * sqt, qo_ptr + b * sqob + t * sqot
+    k_tok, ko_tok = k_ptr + b * skb + t * skt, ko_ptr + b * skob + t * skot
+    for h0 in range(0, HQ, BLOCK_H):    # HQ >= HK: a block of q heads and the same block of k heads
+        h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
+        if WIDE:
+            h = h.to(tl.int64)
+        q_mask, k_mask = ti_mask & (h < HQ), ti_mask & (h < HK)
+        q_row, qo_row = q_tok + h * sqh, qo_tok + h * sqoh
+        k_row, ko_row = k_tok + h * skh, ko_tok + h * skoh
+        # Every load before the first store: four tiles in flight, not two.
+        q1 = tl.load(q_row + d1 * sqd, mask=q_mask).to(cos.dtype)
+        q2 = tl.load(q_row + d2 * sqd, mask=q_mask).to(cos.dtype)
+        k1 = tl.load(k_row + d1 * skd, mask=k_mask).to(cos.dtype)
+        k2 = tl.load(k_row + d2 * skd, mask=k_mask).to(cos.dtype)
+        tl.store(qo_row + d1 * sqod, (q1 * cos - q2 * sin).to(qo_ptr.dtype.element_ty), mask=q_mask)
+        tl.store(qo_row + d2 * sqod, (q2 * cos + q1 * sin).to(qo_ptr.dtype.element_ty), mask=q_mask)
+        tl.store(ko_row + d1 * skod, (k1 * cos - k2 * sin).to(ko_ptr.dtype.element_ty), mask=k_mask)
+        tl.store(ko_row + d2 * skod, (k2 * cos + k1 * sin).to(ko_ptr.dtype.element_ty), mask=k_mask)
+        if COPY_PASS:
+            _copy_pass_dims(q_row, qo_row, tok_mask & (h < HQ), R, D, sqd, sqod, BLOCK_PASS)
+            _copy_pass_dims(k_row, ko_row, tok_mask & (h < HK), R, D, skd, skod, BLOCK_PASS)
 
 
+# 2048 pairs and 8 warps a program: the best or level with the best on the H100, for every
+# benchmark shape (tiles of 1024 to 4096 pairs, 4 or 8 warps, timed against Liger from CUDA graphs).
+PAIRS_PER_TILE, NUM_WARPS = 2048, 8
 # (shapes, strides, dtypes, options) -> (compiled kernel bound to its grid, scalar arguments)
 _LAUNCHES = {}
 
@@ -135,7 +139,7 @@ def _first_launch(q, kk, q_out, kk_out, cos, sin, pos, has_k, has_positions, R, 
     grid and every argument after the pointers, in the kernel's order, for the next launches."""
     B, T, HQ, D = q.shape
     HK = kk.shape[2] if has_k else 0
-    BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, max(HQ, HK), R // 2)
+    BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)
     spb, spt = pos.stride() if has_positions else (0, 0)
     grid = (triton.cdiv(T, BLOCK_T), B, 1)
     scalars = (T, HQ, HK, R // 2, D, R, cos.shape[0],
@@ -144,8 +148,15 @@ def _first_launch(q, kk, q_out, kk_out, cos, sin, pos, has_k, has_positions, R, 
         HAS_POSITIONS=has_positions, INTERLEAVED=interleaved, BACKWARD=backward,
         COPY_PASS=R < D and q_out.data_ptr() != q.data_ptr(),
         FP64=q.dtype == torch.float64,
+        WIDE=max(_last_offset(t) for t in (q, kk, q_out, kk_out)) >= 2**31,
         BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF,
         BLOCK_PASS=triton.next_power_of_2(max(D - R, 1)),
     )
-    launch = rope_final_kernel[grid](q, kk, q_out, kk_out, cos, sin, pos, *scalars, **constexprs)
+    launch = rope_final_kernel[grid](q, kk, q_out, kk_out, cos, sin, pos, *scalars, **constexprs,
+                                     num_warps=NUM_WARPS)
     return launch, grid, (*scalars, *constexprs.values())
+
+
+def _last_offset(t: torch.Tensor) -> int:
+    """The largest element offset from t's data pointer that indexing t reaches."""
+    return sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
