@@ -5,7 +5,7 @@
 #   nbval     strict pytest --nbval over the executed chapters
 #   tests     the test suite, GPU tests included
 #   bench     python -m ropetut bench --quick -> results/bench_h100.json, book/_static/headline.png
-#   probe     scripts/probe_tiles.py -> results/probe_h100.txt (tile sizes, host cost per launch)
+#   probe     scripts/probe_tiles.py -> results/probe_h100.txt (tile sizes and warps against Liger)
 #   env       results/ENVIRONMENT.md: where those outputs came from
 # STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh
 # Wheels in .whl/ (e.g. liger-kernel, packaging) are installed into /tmp/site first.
