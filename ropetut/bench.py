@@ -4,7 +4,9 @@
 ``host_rows`` and ``plot``. Every row is timed twice, because a call costs host time and GPU time
 and a slow host hides a fast kernel:
 
-- eager: ``triton.testing.do_bench`` medians of plain calls, host and GPU together;
+- eager: ``triton.testing.do_bench`` medians of plain calls, host and GPU together (do_bench
+  clears L2 with a kernel before each call, which gives the host a head start: a call whose host
+  time is shorter than that shows its GPU time only);
 - graphed: the same calls captured in one CUDA graph and replayed, the GPU alone.
 
 Each input set is fresh random data, and small problems rotate among enough sets to overflow L2,
