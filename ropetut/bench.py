@@ -405,12 +405,12 @@ def _without_T(label):
     return B, rest
 
 
-def plot(rows, path=None, *, x="tokens", y="pct_floor"):
+def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None):
     """One row of panels per mode; a second column, graphed, when the rows were timed from CUDA
     graphs too. Shapes that differ only in T (a sweep): a line per provider over x (log axes when
     x spans two decades or more). Otherwise: bars, one group per shape, one bar per provider.
-    Saves a PNG when path is given. In a notebook, assign the figure (or end the line with ';')
-    so it shows once."""
+    Saves a PNG when path is given; ``device`` names the GPU in the title (default: this
+    machine's). In a notebook, assign the figure (or end the line with ';') so it shows once."""
     import matplotlib.pyplot as plt
 
     rows = [r for r in rows if r["ms"] and not (y == "pct_floor" and r["provider"] == COPY)]
@@ -427,7 +427,7 @@ def plot(rows, path=None, *, x="tokens", y="pct_floor"):
             for i, name in enumerate(providers):
                 mine = [r for r in rows if r["provider"] == name and r["mode"] == mode and r.get(key)]
                 # the same colour for a provider in every figure: black for the floor, C0-C9 for the rest
-                style = dict(label=name, color="black" if name == COPY else f"C{(PROVIDERS.index(name) - 1) % 10}")
+                style = dict(label=name, color="black" if name == COPY else _color(name))
                 if sweep:
                     mine.sort(key=lambda r: r[x])
                     ax.plot([r[x] for r in mine], [r[key] for r in mine], marker="o",
@@ -448,12 +448,19 @@ def plot(rows, path=None, *, x="tokens", y="pct_floor"):
                    xlabel=AXIS_LABELS[x] if sweep else "shape (B x T x Hq/Hkv x D)", ylabel=AXIS_LABELS[y])
             ax.grid(axis="y", alpha=0.3)
     axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
-    gpu = torch.cuda.get_device_name() if on_gpu() else "no GPU"
-    fig.suptitle(f"RoPE on {gpu}: {AXIS_LABELS[y]}")
+    device = device or (torch.cuda.get_device_name() if on_gpu() else "no GPU")
+    fig.suptitle(f"RoPE on {device}: {AXIS_LABELS[y]}")
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120)
     return fig
+
+
+def _color(name: str):
+    """The same colour for a provider in every figure: C0-C9, then the lighter half of tab20."""
+    import matplotlib.pyplot as plt
+    i = PROVIDERS.index(name) - 1
+    return f"C{i}" if i < 10 else plt.get_cmap("tab20").colors[2 * (i - 10) + 1]
 
 
 def environment() -> dict:
