@@ -17,7 +17,10 @@ What it adds to V4, and why:
   every call, which costs more host time than a small kernel's GPU time. ``rope_final`` keeps
   the compiled kernel and its scalar arguments per set of shapes, strides, dtypes and pointer
   alignments (all that the specialization depends on), so a model's second call of a layer
-  launches straight away.
+  launches straight away: it hands the arguments and the current stream to the compiled
+  kernel's launcher, skipping the Python wrapper Triton puts around it (which looks up the
+  device, the stream and Triton's launch hooks on every call). Those hooks, used by profilers
+  such as Proton, are therefore not called for cached launches.
 """
 import torch
 import triton
@@ -96,7 +99,7 @@ def rope_final_kernel(
 # 2048 pairs and 8 warps a program: the best or level with the best on the H100, for every
 # benchmark shape (tiles of 1024 to 4096 pairs, 4 or 8 warps, timed against Liger from CUDA graphs).
 PAIRS_PER_TILE, NUM_WARPS = 2048, 8
-# (shapes, strides, dtypes, options) -> (compiled kernel bound to its grid, scalar arguments)
+# (shapes, strides, dtypes, options) -> (compiled kernel, grid, device index, scalar arguments)
 _LAUNCHES = {}
 
 
@@ -112,24 +115,27 @@ def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=Fals
     # Everything Triton specializes on is a function of this key: integer arguments come from
     # shapes and strides, pointer arguments from dtypes and 16-byte alignment. Launches with a
     # misaligned pointer (rare: a view at an odd offset) go through Triton's JIT every time.
-    aligned = (q.data_ptr() | kk.data_ptr() | q_out.data_ptr() | kk_out.data_ptr() | cos.data_ptr()
-               | sin.data_ptr() | pos.data_ptr()) % 16 == 0
-    key = (q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.device,
+    q_ptr, q_out_ptr = q.data_ptr(), q_out.data_ptr()
+    aligned = (q_ptr | q_out_ptr | kk.data_ptr() | kk_out.data_ptr() | cos.data_ptr() | sin.data_ptr()
+               | pos.data_ptr()) % 16 == 0
+    key = (q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
            None if k is None else (k.shape, k.stride(), k_out.stride(), k.dtype),
            cos.shape, cos.stride(), cos.dtype, sin.stride(), sin.dtype,
            None if positions is None else (positions.stride(), positions.dtype),
-           R, interleaved, backward, q_out.data_ptr() == q.data_ptr())
+           R, interleaved, backward, q_out_ptr == q_ptr)
     cached = _LAUNCHES.get(key) if aligned else None
     if cached is None:
-        launch, grid, scalars = _first_launch(*pointers, k is not None, positions is not None, R,
+        kernel, grid, scalars = _first_launch(*pointers, k is not None, positions is not None, R,
                                               interleaved, backward)
-        if aligned and launch is not None:   # None under the interpreter: nothing compiled to keep
+        if aligned and kernel is not None:   # None under the interpreter: nothing compiled to keep
             if len(_LAUNCHES) >= 4096:       # a bound on memory for callers that never repeat a shape
                 _LAUNCHES.clear()
-            _LAUNCHES[key] = (launch[grid], scalars)
+            _LAUNCHES[key] = (kernel, grid, q.get_device(), scalars)
     else:
-        run, scalars = cached
-        run(*pointers, *scalars)
+        kernel, grid, device, scalars = cached
+        # What ``kernel[grid](...)`` does, without its Python wrapper: no launch hooks
+        kernel.run(*grid, torch._C._cuda_getCurrentRawStream(device), kernel.function,
+                   kernel.packed_metadata, None, None, None, *pointers, *scalars)
     return q_out, k_out
 
 
