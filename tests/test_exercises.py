@@ -1,0 +1,77 @@
+"""The exercises of chapters 3-5: every solution passes its check, every starter fails it with
+the hint the chapter shows, and each chapter's editable cell is the starter tested here."""
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ropetut.exercises import EXERCISES, check
+from ropetut.exercises.check import Lab
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = {"ch03": "03_triton_v1", "ch04": "04_triton_v2_v3_v4", "ch05": "05_autograd_and_fusion"}
+
+# What the check must say about each starter as shipped: the hint, not only "FAIL".
+STARTER_HINTS = {
+    "ch03.interleaved": "nothing was rotated",
+    "ch03.mask": "written outside the tensor",
+    "ch04.half_split": "is interleaved RoPE",
+    "ch04.fused_qk": "k_out: 256 of 256 elements are NaN",
+    "ch05.backward": "the backward turns by -theta",
+    "ch05.positions": "ignores `positions`",
+    "ch05.inplace": "load every input before you store over it",
+}
+
+
+def test_every_exercise_is_tested_and_complete():
+    assert set(EXERCISES) == set(STARTER_HINTS)
+    for name, ex in EXERCISES.items():
+        assert ex.starter is not None and ex.solution is not None, name
+        assert ex.starter.fn.__name__ == ex.solution.fn.__name__, name
+        assert any(c.get("D", 0) // 2 & (c.get("D", 0) // 2 - 1) for c in ex.cases), \
+            f"{name}: no case with D/2 not a power of two"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_solution_passes(name, seed, capsys):
+    assert check(name, EXERCISES[name].solution, seed=seed)
+    assert capsys.readouterr().out.startswith(f"{name}: PASS")
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_starter_fails_with_its_hint(name, capsys):
+    assert not check(name, EXERCISES[name].starter)
+    out = capsys.readouterr().out
+    assert out.startswith(f"{name}: FAIL on "), out
+    assert STARTER_HINTS[name] in out, out
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_chapter_cell_is_the_starter(name):
+    """The chapter's editable cell holds the starter verbatim, so 'the starter fails' above is
+    a statement about what the reader gets; and its check cell checks that kernel."""
+    chapter, starter = CHAPTERS[name.split(".")[0]], EXERCISES[name].starter
+    nb = json.loads((ROOT / "chapters" / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+    sources = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert inspect.getsource(starter.fn).strip() in [s.strip() for s in sources], \
+        f"{chapter} has no cell equal to the starter {starter.fn.__name__}"
+    assert any(f'check("{name}", {starter.fn.__name__})' in s for s in sources), \
+        f"{chapter} has no check cell for {name}"
+
+
+def test_lab_guard_sees_writes_outside_and_unwritten_elements():
+    lab = Lab()
+    out = lab.empty("out", 2, 3, 4)
+    out.fill_(1.0)
+    lab.buffers[0].backing[1, 0, 4] = 2.0            # one element past the end of a row
+    lab.check_buffers()
+    assert lab.problems and "1 elements written outside" in lab.problems[0]
+    lab = Lab()
+    out = lab.empty("out", 2, 3, 4)
+    out[:, :, :2] = 0.0
+    lab.compare("out", out, torch.zeros(2, 3, 4, dtype=torch.float64))
+    assert lab.problems == ["out: 12 of 24 elements are NaN: never written (outputs start as NaN), "
+                            "at every t, every h, d 2..3"]
