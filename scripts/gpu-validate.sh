@@ -7,12 +7,14 @@
 #   bench     python -m ropetut bench --quick -> results/bench_h100.json, book/_static/headline.png
 #   probe     scripts/probe_tiles.py -> results/probe_h100.txt (tile sizes and warps against Liger)
 #   env       results/ENVIRONMENT.md: where those outputs came from
+#   fresh     scripts/check_fresh_outputs.py: no chapter's sources changed after the run that
+#             made its stored outputs (needs the git history; it fails, not passes, without it)
 # STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh
 # Wheels in .whl/ (e.g. liger-kernel, packaging) are installed into /tmp/site first.
 # With OUT set, the log is also written to $OUT/gpu-validate.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS="${STEPS:-check chapters nbval tests bench probe env}"
+STEPS="${STEPS:-check chapters nbval tests bench probe env fresh}"
 if [[ -n "${OUT:-}" ]]; then
   exec > >(tee -a "$OUT/gpu-validate.log") 2>&1
 fi
@@ -79,6 +81,7 @@ step bench python3 -m ropetut bench --quick --json results/bench_h100.json --plo
 probe() { mkdir -p results && python3 scripts/probe_tiles.py | tee results/probe_h100.txt; }
 step probe probe
 step env write_environment
+step fresh python3 scripts/check_fresh_outputs.py
 
 if (( ${#failed[@]} )); then
   echo "gpu-validate: FAILED: ${failed[*]}"
