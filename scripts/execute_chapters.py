@@ -20,7 +20,10 @@ def execute(path: Path, timeout: int = 300) -> float:
     """Run one notebook; ``timeout`` is per cell. Prints a line per slow cell as it finishes."""
     nb = nbformat.read(path, as_version=4)
     skip_tag = "" if torch.cuda.is_available() else "skip-execution"
+    # shutdown_kernel="immediate": chapter 01's kernel (widgets) once took 300 s to shut down
+    # gracefully after its last cell; its outputs are all in by then.
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+                            shutdown_kernel="immediate",
                             skip_cells_with_tag=skip_tag,
                             resources={"metadata": {"path": str(path.parent)}},
                             on_cell_executed=lambda cell, cell_index, **_: _log(path, cell_index))
