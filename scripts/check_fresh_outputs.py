@@ -5,15 +5,21 @@
 Every chapter's first cell prints ``ropetut commit  <sha>``: the commit its outputs ran at. The
 outputs are fresh if the chapter's cell sources (code and markdown, not outputs) at that commit
 equal the sources now; committing the outputs afterwards changes only outputs, so it does not
-count. A run from a tree with uncommitted library changes (``<sha>+dirty``), a commit that git
-does not know, or no commit at all, counts as stale: nothing says which sources ran. Exits 1 and
-names each stale chapter; ``scripts/gpu-validate.sh`` ends with it, and the test suite runs it.
+count, and neither does the repository URL in the first cell (a fork points it elsewhere; where
+ropetut imports, the cell prints the same). A run from a tree with uncommitted library changes
+(``<sha>+dirty``) is fresh only if the chapter's sources now equal those at ``<sha>``: any edit
+since, committed or not, makes it stale. A commit that git does not know, or no commit at all,
+counts as stale: nothing says which sources ran (in a shallow clone, fetch the history first:
+``git fetch --unshallow``). Exits 1 and names each stale chapter; ``scripts/gpu-validate.sh``
+ends with it, and the test suite runs it.
 """
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from sync_install_cell import install_cell   # scripts/, beside this file
 
 REPO = Path(__file__).resolve().parent.parent
 COMMIT_LINE = re.compile(r"ropetut commit\s+(\S+)")
@@ -30,9 +36,16 @@ def stored_commit(nb: dict) -> str | None:
     return None
 
 
+# The install cell with any repository URL (scripts/sync_install_cell.py writes it): pointing the
+# URL at a fork changes no output where ropetut imports, so the comparison ignores the URL alone.
+INSTALL_CELL = re.compile(re.escape(install_cell("\0")).replace(re.escape("\0"), '[^"]*'))
+
+
 def cell_sources(nb: dict) -> list:
-    return [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"])
-            for c in nb["cells"]]
+    sources = [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"])
+               for c in nb["cells"]]
+    return [(kind, install_cell("<url>") if kind == "code" and INSTALL_CELL.fullmatch(src) else src)
+            for kind, src in sources]
 
 
 def why_stale(path: Path, repo: Path = REPO) -> str | None:
@@ -41,15 +54,24 @@ def why_stale(path: Path, repo: Path = REPO) -> str | None:
     ran = stored_commit(nb)
     if ran is None:
         return "its outputs name no ropetut commit"
-    if ran.endswith("+dirty"):
-        return f"its outputs ran from a tree with uncommitted changes ({ran})"
+    sha, dirty = ran.removesuffix("+dirty"), ran.endswith("+dirty")
     rel = path.resolve().relative_to(repo.resolve()).as_posix()
-    old = subprocess.run(["git", "show", f"{ran}:{rel}"], cwd=repo, capture_output=True, text=True)
+    old = subprocess.run(["git", "show", f"{sha}:{rel}"], cwd=repo, capture_output=True, text=True)
     if old.returncode:
-        return f"git has no {rel} at {ran}, the commit its outputs name"
+        return f"git has no {rel} at {sha}, the commit its outputs name"
     if cell_sources(json.loads(old.stdout)) != cell_sources(nb):
-        return f"its sources changed after {ran}, the commit its outputs ran at: re-execute it on the GPU"
+        if dirty:
+            return (f"it ran from a tree with uncommitted changes ({ran}) and its sources differ from "
+                    f"{sha}'s: re-execute it on the GPU")
+        return f"its sources changed after {sha}, the commit its outputs ran at: re-execute it on the GPU"
     return None
+
+
+def is_shallow(repo: Path = REPO) -> bool:
+    """A shallow clone (CI's checkouts often are) lacks the commits older outputs name."""
+    out = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=repo,
+                         capture_output=True, text=True)
+    return out.stdout.strip() == "true"
 
 
 def main(argv) -> int:
