@@ -4,13 +4,13 @@
 kernel module is imported, so the same kernels run on CPU tensors through Triton's interpreter.
 """
 from .runtime import DEVICE, on_gpu, pick, runtime_mode  # noqa: I001  (must come first)
-from .autograd import IMPLS, apply_rope
+from .autograd import IMPLS, OPTIONAL_IMPLS, apply_rope
 from .modules import RoPEAttention, RotaryEmbedding
 from .reference import LlmRotary, rope_reference, rope_rotate_half
 from .tables import half_truncated, partial, rope_tables, standard
 
 __all__ = [
-    "DEVICE", "IMPLS", "LlmRotary", "RoPEAttention", "RotaryEmbedding", "apply_rope",
+    "DEVICE", "IMPLS", "LlmRotary", "OPTIONAL_IMPLS", "RoPEAttention", "RotaryEmbedding", "apply_rope",
     "half_truncated", "on_gpu", "partial", "pick", "rope_reference", "rope_rotate_half",
     "rope_tables", "runtime_mode", "standard",
 ]

@@ -13,9 +13,10 @@ captured in a CUDA graph. ``check_positions=True`` is the one exception, and say
 import torch
 
 from .launch import check_rope_args
-from .op import rope_traced, rotate, run_kernel
+from .op import cute_fits, cute_unavailable, rope_traced, rotate, run_kernel
 
 IMPLS = ("v1", "v2", "v3", "v4", "final")
+OPTIONAL_IMPLS = ("cute",)   # the CuTeDSL kernel: needs nvidia-cutlass-dsl and a CUDA GPU
 
 
 class RopeFunction(torch.autograd.Function):
@@ -59,7 +60,9 @@ def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=Fal
     inplace: overwrite q and k instead of allocating outputs.
     impl: "final" (default) or one of the teaching versions "v1".."v4", which refuse what they
        can't do: v1 has only interleaved pairs, v2-v4 only half-split ones, and none of them
-       takes positions, rotary_dim or inplace.
+       takes positions, rotary_dim or inplace. "cute": the CuTeDSL kernel (appendix), which
+       needs nvidia-cutlass-dsl and a GPU, and takes half-split pairs, positions and inplace in
+       fp32, fp16 and bf16, with rows it can read 16 bytes at a time.
     check_positions: raise ValueError, before anything is written, if a position is outside the
        table. It reads positions on the host, so it waits for the GPU and cannot run inside a
        CUDA graph capture: a debugging aid, off by default.
@@ -67,13 +70,17 @@ def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=Fal
     """
     if cos is None or sin is None:
         raise TypeError("cos, sin: both tables are required (see ropetut.rope_tables)")
-    if impl not in IMPLS:
-        raise ValueError(f"impl: must be one of {IMPLS}, got {impl!r}")
+    if impl not in IMPLS + OPTIONAL_IMPLS:
+        raise ValueError(f"impl: must be one of {IMPLS + OPTIONAL_IMPLS}, got {impl!r}")
+    if impl == "cute" and not torch.compiler.is_compiling() and cute_unavailable():
+        raise RuntimeError(cute_unavailable())
     if not isinstance(check_positions, bool):
         raise TypeError(f"check_positions: must be a bool, got {type(check_positions).__name__}")
     args = check_rope_args(q, k, cos, sin, positions, rotary_dim=rotary_dim,
                            interleaved=interleaved, inplace=inplace, layout=layout)
-    if impl != "final":
+    if impl == "cute":
+        _check_cute_supports(args, interleaved)
+    elif impl != "final":
         _check_impl_supports(impl, args, positions, rotary_dim, interleaved, inplace)
     options = (args.cos, args.sin, args.positions, interleaved, args.rotary_dim, inplace, impl,
                check_positions)
@@ -105,3 +112,38 @@ def _check_impl_supports(impl, args, positions, rotary_dim, interleaved, inplace
     if interleaved != (impl == "v1"):
         pairs = "interleaved" if impl == "v1" else "half-split"
         raise ValueError(f"interleaved: impl={impl!r} only has {pairs} pairs; use impl='final'")
+
+
+CUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check_cute_supports(args, interleaved):
+    """What the CuTeDSL kernel refuses, named by argument (see ``ropetut.kernels.cute``)."""
+    D = args.q.shape[-1]
+    if interleaved:
+        raise ValueError("interleaved: impl='cute' only has half-split pairs; use impl='final'")
+    if args.rotary_dim != D:
+        raise ValueError("rotary_dim: impl='cute' rotates the whole head dim; use impl='final'")
+    for name, t in (("q", args.q), ("cos", args.cos)):
+        if t.dtype not in CUTE_DTYPES:
+            raise TypeError(f"{name}: impl='cute' takes {CUTE_DTYPES}, got {t.dtype}; use impl='final'")
+    # (torch.compile traces fake tensors, which have no address: the kernel's caller copies a
+    # misaligned tensor at run time instead)
+    check_pointer = not torch.compiler.is_compiling()
+    for name, t in (("cos", args.cos), ("sin", args.sin)):
+        if check_pointer and t.data_ptr() % 16:
+            raise ValueError(f"{name}: impl='cute' needs a 16-byte aligned table; pass {name}.clone()")
+    vec = 16 // args.q.element_size()
+    if (D // 2) % vec:
+        raise ValueError(f"q: impl='cute' reads {vec} elements at a time, so D/2 must be a multiple "
+                         f"of {vec}, got D={D}; use impl='final'")
+    for name, t in (("q", args.q), ("k", args.k)):
+        if t is None:
+            continue
+        if not cute_fits(t, check_pointer=check_pointer):
+            raise ValueError(f"{name}: impl='cute' needs unit stride in the head dim, the other "
+                             f"strides multiples of {vec} elements and a 16-byte aligned start, got "
+                             f"strides {t.stride()}; pass {name}.contiguous() or use impl='final'")
+        if t.numel() >= 2**31:
+            raise ValueError(f"{name}: impl='cute' indexes with 32-bit integers, and {name} has "
+                             f"{t.numel()} elements; use impl='final'")

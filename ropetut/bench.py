@@ -28,6 +28,7 @@ from triton.testing import do_bench
 
 from . import notebook
 from .autograd import apply_rope
+from .op import cute_unavailable
 from .reference import LlmRotary, rope_rotate_half
 from .runtime import DEVICE, on_gpu
 from .tables import rope_tables, standard
@@ -36,10 +37,11 @@ MODES = ("fwd", "fwd+bwd")
 COPY = "copy (floor)"
 PEERS = ("torch eager", "torch.compile", "HF rotate_half", "liger")
 VERSIONS = ("v1", "v2", "v3", "v4", "final", "final (in place)", "final (partial, in place)")
-PROVIDERS = (COPY, *PEERS, *VERSIONS)
+CUTE = "cute"   # the CuTeDSL kernel (appendix): timed where nvidia-cutlass-dsl imports
+PROVIDERS = (COPY, *PEERS, *VERSIONS, CUTE)
 AUTOGRAD_FLOOR = "autograd.Function floor"   # host_rows: what an empty autograd.Function costs
 FWD_ONLY = ("final (in place)", "final (partial, in place)")   # autograd refuses in place on a leaf
-TAKE_POSITIONS = (COPY, "torch eager", "torch.compile", "liger", "final", "final (in place)")
+TAKE_POSITIONS = (COPY, "torch eager", "torch.compile", "liger", "final", "final (in place)", CUTE)
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ SHAPES = {
     # from 16 tokens, where the host sets the pace, to 64k, where the GPU does
     "tokens": [Shape(1, 2**n, 16, 16, 128) for n in range(4, 17, 2)],
 }
-QUICK = (SHAPES["seed002"] + SHAPES["seed004"][:1] + SHAPES["llama3_8b"] + SHAPES["seed001"][::5]
+QUICK = (SHAPES["seed002"] + SHAPES["seed004"] + SHAPES["llama3_8b"] + SHAPES["seed001"][::5]
          + SHAPES["decode"])
 N_POSITIONS = 4096
 HOST_SHAPE = Shape(1, 16, 4, 4, 64)   # so small that the GPU always waits for the host
@@ -302,6 +304,9 @@ def run(shapes, providers=None, modes=("fwd",), progress=True, graphs=True):
     if "liger" in providers and liger_rope() is None:
         print("liger: liger_kernel does not import (pip install liger-kernel), skipped")
         providers.remove("liger")
+    if CUTE in providers and cute_unavailable():
+        print(f"cute: skipped: {cute_unavailable()}")
+        providers.remove(CUTE)
     todo = [(shape, mode, [n for n in providers if supports(n, shape, mode)])
             for shape in shapes for mode in modes]
     rows = []
@@ -473,7 +478,7 @@ def environment() -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ropetut bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="seed002, seed004's small shape, llama3_8b, 4 points of seed001 and decode")
+                        help="seed002, seed004, llama3_8b, 4 points of seed001 and decode")
     parser.add_argument("--json", metavar="PATH", help="write {environment, rows, host} here")
     parser.add_argument("--plot", metavar="PATH", help="write the figure here (PNG)")
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, metavar="NAME",

@@ -5,7 +5,7 @@ forgot to write fails), and compares ||out - ref|| / ||ref|| with a per-dtype to
 """
 import torch
 
-from .op import run_kernel
+from .op import cute_unavailable, run_kernel
 from .launch import check_rope_args
 from .reference import rope_reference
 from .runtime import DEVICE, on_gpu, pick, runtime_mode
@@ -82,6 +82,12 @@ def check_cases():
         ("final", "positions (B, T)", dict(f32, positions=True)),
         ("final", "BHTD layout", dict(f32, layout="bhtd")),
     ]
+    if not cute_unavailable():   # the optional CuTeDSL kernel (appendix)
+        for dtype in dtypes:
+            name = str(dtype).replace("torch.", "")
+            cases += [("cute", f"fused q+k, GQA 4/2, {name}", dict(base, HK=2, dtype=dtype)),
+                      ("cute", f"odd shape D=96, H=3, T=17, {name}", dict(base, T=17, HQ=3, HK=3, D=96, dtype=dtype)),
+                      ("cute", f"positions (B, T), BHTD, {name}", dict(base, dtype=dtype, positions=True, layout="bhtd"))]
     return cases
 
 
@@ -89,6 +95,8 @@ def main() -> int:
     device = torch.cuda.get_device_name() if on_gpu() else "CPU (Triton interpreter)"
     print(f"ropetut check on {device} [{runtime_mode()}]")
     print(f"{'impl':6} {'case':38} {'rel. error':>11} {'tolerance':>10}  verdict")
+    if cute_unavailable():
+        print(f"cute   skipped: {cute_unavailable()}")
     failed = 0
     for impl, what, kw in check_cases():
         err = check_case(impl, **kw)

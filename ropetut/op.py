@@ -13,6 +13,7 @@ mutates its inputs, so ``rope_`` is for calls with no gradient to track.
 ``apply_rope`` calls these operators when it is being traced. Eagerly it calls ``rotate`` and
 ``run_kernel`` below directly: the dispatcher would add host time to every call and nothing else.
 """
+from functools import cache
 from typing import Optional
 
 import torch
@@ -24,13 +25,33 @@ from .kernels.v2 import rope_v2
 from .kernels.v3 import rope_v3
 from .kernels.v4 import rope_v4
 from .launch import check_positions_in_range
+from .runtime import on_gpu
 
 _SINGLE_TENSOR = {"v1": rope_v1, "v2": rope_v2, "v3": rope_v3}
+
+
+CUTE_INSTALL = ("pip install 'nvidia-cutlass-dsl[cu13]' apache-tvm-ffi for a CUDA 13 driver, "
+                "pip install nvidia-cutlass-dsl apache-tvm-ffi for CUDA 12")
+
+
+@cache
+def cute_unavailable() -> str | None:
+    """Why ``impl="cute"`` cannot run here (no GPU, or no CuTeDSL), or None when it can."""
+    if not on_gpu():
+        return ("impl='cute' needs a CUDA GPU: CuTeDSL compiles for NVIDIA GPUs only, and this "
+                "machine runs ropetut's kernels through Triton's interpreter")
+    try:
+        from .kernels import cute  # noqa: F401
+    except ImportError as e:
+        return f"impl='cute' needs NVIDIA's CuTeDSL, which does not import ({e}): {CUTE_INSTALL}"
+    return None
 
 
 def run_kernel(impl, q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=False,
                rotary_dim=None, backward=False):
     """Launch one version's kernel on validated (B, T, H, D) views, writing q_out and k_out."""
+    if impl == "cute":
+        return _run_cute(q, k, cos, sin, q_out, k_out, positions, backward)
     if impl == "final":
         return rope_final(q, k, cos, sin, q_out, k_out, positions=positions,
                           interleaved=interleaved, rotary_dim=rotary_dim, backward=backward)
@@ -42,6 +63,31 @@ def run_kernel(impl, q, k, cos, sin, q_out, k_out, *, positions=None, interleave
     if k is not None:
         launch(k, cos, sin, k_out)
     return q_out, k_out
+
+
+def _run_cute(q, k, cos, sin, q_out, k_out, positions, backward):
+    """The CuTeDSL kernel needs rows it can read 16 bytes at a time (``cute_fits``). Inputs that
+    ``apply_rope`` let through fit; gradients come in whatever strides autograd chose, so a
+    backward copies the ones that don't, and writes through a contiguous buffer if it must."""
+    from .kernels.cute import rope_cute
+    q, k = (t if t is None or cute_fits(t) else t.contiguous() for t in (q, k))
+    cos, sin = (t if t.data_ptr() % 16 == 0 else t.clone() for t in (cos, sin))
+    outs = [t if t is None or cute_fits(t) else torch.empty_like(t, memory_format=torch.contiguous_format)
+            for t in (q_out, k_out)]
+    rope_cute(q, k, cos, sin, *outs, positions=positions, backward=backward)
+    for given, used in zip((q_out, k_out), outs):
+        if used is not given:
+            given.copy_(used)
+    return q_out, k_out
+
+
+def cute_fits(t: Tensor, *, check_pointer: bool = True) -> bool:
+    """Can CuTeDSL's kernel read t's rows 16 bytes at a time? Unit stride in D, every other
+    stride a whole number of 16-byte vectors, and (unless check_pointer=False: torch.compile's
+    fake tensors have no address) a 16-byte aligned start."""
+    vec = 16 // t.element_size()
+    return (t.stride(-1) == 1 and all(s % vec == 0 for s in t.stride()[:-1])
+            and (not check_pointer or t.data_ptr() % 16 == 0))
 
 
 def rotate(q, k, cos, sin, positions, interleaved, rotary_dim, inplace, impl,

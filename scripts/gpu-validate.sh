@@ -10,7 +10,9 @@
 #   fresh     scripts/check_fresh_outputs.py: no chapter's sources changed after the run that
 #             made its stored outputs (needs the git history; it fails, not passes, without it)
 # STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh
-# Wheels in .whl/ (e.g. liger-kernel, packaging) are installed into /tmp/site first.
+# Wheels in .whl/ (e.g. liger-kernel, packaging) are installed into /tmp/site first. CuTeDSL, for
+# impl="cute" and the appendix, is optional: on a machine without network, stage it into /tmp/site
+# first with scripts/cute-install.sh (three calls, see there); without it, its tests and cells skip.
 # With OUT set, the log is also written to $OUT/gpu-validate.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,13 +26,17 @@ if [[ -d .whl ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
+if [[ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ]]; then   # pip --target skips CuTeDSL's .pth
+  PYTHONPATH="/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
+fi
 PYTHONPATH="$PWD:$PYTHONPATH"
 
 echo "== environment"
 nvidia-smi -L
-python3 -c 'import platform, torch, triton, ropetut.bench as b
+python3 -c 'import platform, torch, triton, ropetut.bench as b, ropetut.op as op
 print("python", platform.python_version(), "| torch", torch.__version__, "| triton", triton.__version__,
-      "| liger", b.liger_version(), "| cuda available", torch.cuda.is_available())'
+      "| liger", b.liger_version(), "| cuda available", torch.cuda.is_available(),
+      "| cute", op.cute_unavailable() or "available")'
 
 failed=()
 step() {  # step NAME COMMAND...: run it if NAME is in STEPS, then print one summary line
