@@ -84,7 +84,7 @@ def test_out_of_range_positions_give_nan_for_those_tokens_only():
     bad = torch.tensor([False, False, True, True, False, True])
     assert torch.isnan(q_out[0, bad.to(q.device)]).all() and torch.isnan(k_out[0, bad.to(q.device)]).all()
     good = (~bad).to(q.device)
-    ref = rope_reference(q, cos, sin, positions=pos.clamp(0, 9))
+    ref = rope_reference(q, cos, sin, positions=pos.clamp(0, 9)).to(q.device)
     assert relative_error(q_out[:, good], ref[:, good]) <= 2e-6
 
 

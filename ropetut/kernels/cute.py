@@ -142,7 +142,7 @@ def rope_cute(q, k, cos, sin, q_out, k_out, *, positions=None, backward=False, v
     tensors = (q, kk, q_out, kk_out, cos, sin, pos)
     scalars = (B, T, cos.shape[0], q.stride()[:3], kk.stride()[:3], q_out.stride()[:3],
                kk_out.stride()[:3], pos.stride()[:2] if positions is not None else (0, 0),
-               (D // 2 // vec, HQ + HK), cuda.CUstream(torch.cuda.current_stream().cuda_stream))
+               (D // 2 // vec, HQ + HK), cuda.CUstream(torch._C._cuda_getCurrentRawStream(q.get_device())))
     launch = _COMPILED.get(key)
     if launch is None:   # compile for typed pointers: their dtypes and the alignment promised
         launch = _COMPILED[key] = cute.compile(
