@@ -13,10 +13,12 @@ captured in a CUDA graph. ``check_positions=True`` is the one exception, and say
 import torch
 
 from .launch import check_rope_args
+from .kernels.final import launch_key, rope_final
 from .op import cute_fits, cute_unavailable, rope_traced, rotate, run_kernel
 
 IMPLS = ("v1", "v2", "v3", "v4", "final")
 OPTIONAL_IMPLS = ("cute",)   # the CuTeDSL kernel: needs nvidia-cutlass-dsl and a CUDA GPU
+EARLY_GRADS_BYTES = 2**20    # RopeFunction allocates input gradients in its forward up to this size
 
 
 class RopeFunction(torch.autograd.Function):
@@ -25,6 +27,12 @@ class RopeFunction(torch.autograd.Function):
     ``options`` = (cos, sin, positions, interleaved, rotary_dim, inplace, impl, check_positions),
     one argument rather than eight: ``apply``'s host time grows with its number of arguments.
     Returns q_out, or (q_out, k_out).
+
+    The backward runs on autograd's own thread for the GPU, where the same Python costs several
+    times what it costs on the caller's thread (chapter 6). So the forward does ahead what it can
+    for ``final``: the backward's launch key, for output gradients laid out like the outputs (the
+    usual case; any other layout takes the ordinary path), and, for tensors of at most
+    ``EARLY_GRADS_BYTES``, where host time is all there is, the input gradients' memory.
     """
 
     @staticmethod
@@ -33,15 +41,33 @@ class RopeFunction(torch.autograd.Function):
         if options[5]:                                    # in place
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
         ctx.options = options       # the tables are inputs, never outputs: no reference cycle
+        ctx.backward_key = ctx.grads = None
+        if options[6] == "final":
+            cos, sin, positions, interleaved, rotary_dim = options[:5]
+            ctx.backward_key = launch_key(q_out, k_out, cos, sin, q_out, k_out, positions,
+                                          rotary_dim, interleaved, True, in_place=False)
+            ctx.grad_strides = (q_out.stride(), None if k is None else k_out.stride())
+            if q.nbytes + (0 if k is None else k.nbytes) <= EARLY_GRADS_BYTES:
+                ctx.grads = (torch.empty_like(q_out), None if k is None else torch.empty_like(k_out))
         return q_out if k is None else (q_out, k_out)
 
     @staticmethod
     def backward(ctx, dq, dk=None):
         cos, sin, positions, interleaved, rotary_dim, _, impl, _ = ctx.options
-        dq_in = torch.empty_like(dq)
-        dk_in = None if dk is None else torch.empty_like(dk)
-        run_kernel(impl, dq, dk, cos, sin, dq_in, dk_in, positions=positions,
-                   interleaved=interleaved, rotary_dim=rotary_dim, backward=True)
+        expected = ctx.backward_key is not None and ctx.grad_strides == (
+            dq.stride(), None if dk is None else dk.stride())
+        grads, ctx.grads = ctx.grads, None     # once only: a second backward gets fresh memory
+        if expected and grads is not None:
+            dq_in, dk_in = grads
+        else:
+            dq_in = torch.empty_like(dq)
+            dk_in = None if dk is None else torch.empty_like(dk)
+        if expected and dq_in.stride() == dq.stride():
+            rope_final(dq, dk, cos, sin, dq_in, dk_in, positions=positions, interleaved=interleaved,
+                       rotary_dim=rotary_dim, backward=True, key=ctx.backward_key)
+        else:
+            run_kernel(impl, dq, dk, cos, sin, dq_in, dk_in, positions=positions,
+                       interleaved=interleaved, rotary_dim=rotary_dim, backward=True)
         return dq_in, dk_in, None
 
 

@@ -82,3 +82,47 @@ def test_gradcheck_float64_on_gpu_large_heads():
     k = torch.randn(1, 4, 2, 16, device="cuda", dtype=torch.float64, requires_grad=True)
     cos, sin = tables(16, 4, dtype=torch.float64)
     assert torch.autograd.gradcheck(lambda a, b: ropetut.apply_rope(a, b, cos, sin), (q, k))
+
+
+def _weighted(ref, w):
+    """sum(ref * w), on the reference's device (the reference computes in float64 on the CPU)."""
+    return (ref * w.to(ref.device, torch.float64)).sum()
+
+
+def _grads_through_reference(q, k, cos, sin, weights):
+    q, k = q.detach().double().requires_grad_(), k.detach().double().requires_grad_()
+    loss = sum(_weighted(rope_reference(x, cos.double(), sin.double()), w) for x, w in zip((q, k), weights))
+    return torch.autograd.grad(loss, (q, k))
+
+
+def test_a_second_backward_gets_fresh_gradient_memory():
+    """Small tensors get their input gradients' memory in the forward (host time); a second
+    backward through the same graph must not write into the tensors the first one returned."""
+    q, k = randn(1, 5, 2, 8).requires_grad_(), randn(1, 5, 1, 8).requires_grad_()
+    cos, sin = tables(8, 5)
+    q_out, k_out = ropetut.apply_rope(q, k, cos, sin)
+    weights = [(randn(*q.shape), randn(*k.shape)) for _ in range(2)]
+    first, second = (torch.autograd.grad((q_out * w_q).sum() + (k_out * w_k).sum(), (q, k),
+                                         retain_graph=True) for w_q, w_k in weights)
+    for got, w in zip((first, second), weights):
+        for g, expected in zip(got, _grads_through_reference(q, k, cos, sin, w)):
+            assert relative_error(g, expected) <= 1e-6
+
+
+@pytest.mark.parametrize("layout", ["bthd", "bhtd"])
+def test_output_gradients_laid_out_unlike_the_outputs(layout):
+    """The backward's launch is prepared in the forward for gradients laid out like the outputs;
+    gradients in another layout (here through a transpose and a copy) take the ordinary path."""
+    shape = (2, 6, 3, 16) if layout == "bthd" else (2, 3, 6, 16)
+    q, k = randn(*shape).requires_grad_(), randn(*shape).requires_grad_()
+    cos, sin = tables(16, 6)
+    q_out, k_out = ropetut.apply_rope(q, k, cos, sin, layout=layout)
+    w_q, w_k = randn(*shape), randn(*shape)
+    loss = ((q_out.transpose(1, 2).contiguous() * w_q.transpose(1, 2)).sum()
+            + (k_out * w_k).sum())
+    grads = torch.autograd.grad(loss, (q, k))
+    q_ref, k_ref = (x.detach().double().requires_grad_() for x in (q, k))
+    ref_loss = sum(_weighted(rope_reference(x, cos.double(), sin.double(), layout=layout), w)
+                   for x, w in zip((q_ref, k_ref), (w_q, w_k)))
+    for got, expected in zip(grads, torch.autograd.grad(ref_loss, (q_ref, k_ref))):
+        assert relative_error(got, expected) <= 1e-6

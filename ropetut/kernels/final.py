@@ -104,10 +104,11 @@ _LAUNCHES = {}
 
 
 def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=False,
-               rotary_dim=None, backward=False):
+               rotary_dim=None, backward=False, key=None):
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out may be q.
     cos, sin: (n_positions, rotary_dim/2), contiguous. positions: None or (B, T) integers.
-    Returns (q_out, k_out)."""
+    key: ``launch_key`` of these arguments, when the caller computed it ahead (autograd's
+    backward, see ``RopeFunction``). Returns (q_out, k_out)."""
     R = rotary_dim or q.shape[3]
     kk, kk_out = (q, q_out) if k is None else (k, k_out)   # HK = 0: the k loop never runs
     pos = q if positions is None else positions            # a placeholder pointer, never read
@@ -118,11 +119,9 @@ def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=Fals
     q_ptr, q_out_ptr = q.data_ptr(), q_out.data_ptr()
     aligned = (q_ptr | q_out_ptr | kk.data_ptr() | kk_out.data_ptr() | cos.data_ptr() | sin.data_ptr()
                | pos.data_ptr()) % 16 == 0
-    key = (q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
-           None if k is None else (k.shape, k.stride(), k_out.stride(), k.dtype),
-           cos.shape, cos.stride(), cos.dtype, sin.stride(), sin.dtype,
-           None if positions is None else (positions.stride(), positions.dtype),
-           R, interleaved, backward, q_out_ptr == q_ptr)
+    if key is None:
+        key = launch_key(q, k, cos, sin, q_out, k_out, positions, R, interleaved, backward,
+                         in_place=q_out_ptr == q_ptr)
     cached = _LAUNCHES.get(key) if aligned else None
     if cached is None:
         kernel, grid, scalars = _first_launch(*pointers, k is not None, positions is not None, R,
@@ -137,6 +136,16 @@ def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=Fals
         kernel.run(*grid, torch._C._cuda_getCurrentRawStream(device), kernel.function,
                    kernel.packed_metadata, None, None, None, *pointers, *scalars)
     return q_out, k_out
+
+
+def launch_key(q, k, cos, sin, q_out, k_out, positions, R, interleaved, backward, *, in_place):
+    """Everything the compiled kernel depends on but pointer alignment: shapes, strides, dtypes,
+    device and options. ``_LAUNCHES`` keeps a compiled launch under this key."""
+    return (q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
+            None if k is None else (k.shape, k.stride(), k_out.stride(), k.dtype),
+            cos.shape, cos.stride(), cos.dtype, sin.stride(), sin.dtype,
+            None if positions is None else (positions.stride(), positions.dtype),
+            R, interleaved, backward, in_place)
 
 
 def _first_launch(q, kk, q_out, kk_out, cos, sin, pos, has_k, has_positions, R, interleaved,
