@@ -62,7 +62,7 @@ class RopeFunction(torch.autograd.Function):
         else:
             dq_in = torch.empty_like(dq)
             dk_in = None if dk is None else torch.empty_like(dk)
-        if expected and dq_in.stride() == dq.stride():
+        if expected:    # dq_in is laid out like dq either way: both dense, dq's strides
             rope_final(dq, dk, cos, sin, dq_in, dk_in, positions=positions, interleaved=interleaved,
                        rotary_dim=rotary_dim, backward=True, key=ctx.backward_key)
         else:
