@@ -4,7 +4,8 @@
 kernel module is imported, so the same kernels run on CPU tensors through Triton's interpreter.
 """
 from .runtime import DEVICE, on_gpu, pick, runtime_mode  # noqa: I001  (must come first)
-from .autograd import IMPLS, OPTIONAL_IMPLS, apply_rope
+from .autograd import apply_rope
+from .kernels import IMPLS, OPTIONAL_IMPLS
 from .modules import RoPEAttention, RotaryEmbedding
 from .reference import LlmRotary, rope_reference, rope_rotate_half
 from .tables import half_truncated, partial, rope_tables, standard

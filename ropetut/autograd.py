@@ -12,40 +12,42 @@ captured in a CUDA graph. ``check_positions=True`` is the one exception, and say
 """
 import torch
 
-from .launch import check_rope_args
-from .kernels.final import launch_key, rope_final
-from .op import cute_fits, cute_unavailable, rope_traced, rotate, run_kernel
+from .kernels import get_kernel, rotate, unavailable
+from .op import rope_traced
+from .validate import RopeOptions, check_autograd_allows_inplace, check_rope_args
 
-IMPLS = ("v1", "v2", "v3", "v4", "final")
-OPTIONAL_IMPLS = ("cute",)   # the CuTeDSL kernel: needs nvidia-cutlass-dsl and a CUDA GPU
 EARLY_GRADS_BYTES = 2**20    # RopeFunction allocates input gradients in its forward up to this size
 
 
 class RopeFunction(torch.autograd.Function):
-    """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None, any strides. No gradient flows to the tables.
+    """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None, any strides; ``options``: a ``RopeOptions``,
+    one argument rather than nine (``apply``'s host time grows with its number of arguments).
+    Returns q_out, or (q_out, k_out). No gradient flows to the tables.
 
-    ``options`` = (cos, sin, positions, interleaved, rotary_dim, inplace, impl, check_positions),
-    one argument rather than eight: ``apply``'s host time grows with its number of arguments.
-    Returns q_out, or (q_out, k_out).
+    The backward is the same kernel turning by -theta. With ``create_graph=True`` it goes through
+    this Function again, so it is differentiable too: the second derivative is a turn by +theta.
 
     The backward runs on autograd's own thread for the GPU, where the same Python costs several
-    times what it costs on the caller's thread (chapter 6). So the forward does ahead what it can
-    for ``final``: the backward's launch key, for output gradients laid out like the outputs (the
-    usual case; any other layout takes the ordinary path), and, for tensors of at most
-    ``EARLY_GRADS_BYTES``, where host time is all there is, the input gradients' memory.
+    times what it costs on the caller's thread (chapter 6). So the forward does ahead what it can,
+    for a kernel with a ``prepare_backward`` (``final``): the backward's launch, for output
+    gradients laid out like the outputs (the usual case; any other layout takes the ordinary
+    path), and, for tensors of at most ``EARLY_GRADS_BYTES``, where host time is all there is,
+    the input gradients' memory.
     """
 
     @staticmethod
     def forward(ctx, q, k, options):
-        q_out, k_out = rotate(q, k, *options)
-        if options[5]:                                    # in place
+        q_out, k_out = rotate(q, k, options)
+        if options.inplace:
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
-        ctx.options = options       # the tables are inputs, never outputs: no reference cycle
-        ctx.backward_key = ctx.grads = None
-        if options[6] == "final":
-            cos, sin, positions, interleaved, rotary_dim = options[:5]
-            ctx.backward_key = launch_key(q_out, k_out, cos, sin, q_out, k_out, positions,
-                                          rotary_dim, interleaved, True, in_place=False)
+        cos, sin, positions, interleaved, rotary_dim, _, kernel, _, backward = options
+        ctx.backward_options = RopeOptions(cos, sin, positions, interleaved, rotary_dim, False,
+                                           kernel, False, not backward)
+        ctx.prepared = ctx.grads = None
+        if kernel.prepare_backward is not None and not backward and q.numel() and (
+                k is None or k.numel()):
+            ctx.prepared = kernel.prepare_backward(q_out, k_out, cos, sin, positions,
+                                                   interleaved=interleaved, rotary_dim=rotary_dim)
             ctx.grad_strides = (q_out.stride(), None if k is None else k_out.stride())
             if q.nbytes + (0 if k is None else k.nbytes) <= EARLY_GRADS_BYTES:
                 ctx.grads = (torch.empty_like(q_out), None if k is None else torch.empty_like(k_out))
@@ -53,22 +55,22 @@ class RopeFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dq, dk=None):
-        cos, sin, positions, interleaved, rotary_dim, _, impl, _ = ctx.options
-        expected = ctx.backward_key is not None and ctx.grad_strides == (
+        options = ctx.backward_options
+        if torch.is_grad_enabled():   # create_graph=True: the gradient must be differentiable
+            grads = RopeFunction.apply(dq, dk, options)
+            return (grads, None, None) if dk is None else (*grads, None)
+        prepared = ctx.prepared is not None and ctx.grad_strides == (
             dq.stride(), None if dk is None else dk.stride())
+        if not prepared:
+            return (*rotate(dq, dk, options), None)
         grads, ctx.grads = ctx.grads, None     # once only: a second backward gets fresh memory
-        if expected and grads is not None:
-            dq_in, dk_in = grads
-        else:
-            dq_in = torch.empty_like(dq)
-            dk_in = None if dk is None else torch.empty_like(dk)
-        if expected:    # dq_in is laid out like dq either way: both dense, dq's strides
-            rope_final(dq, dk, cos, sin, dq_in, dk_in, positions=positions, interleaved=interleaved,
-                       rotary_dim=rotary_dim, backward=True, key=ctx.backward_key)
-        else:
-            run_kernel(impl, dq, dk, cos, sin, dq_in, dk_in, positions=positions,
-                       interleaved=interleaved, rotary_dim=rotary_dim, backward=True)
-        return dq_in, dk_in, None
+        if grads is None:   # dense, with dq's strides, as the prepared launch expects
+            grads = (torch.empty_like(dq), None if dk is None else torch.empty_like(dk))
+        cos, sin, positions, interleaved, rotary_dim = options[:5]
+        options.kernel.launch(dq, dk, cos, sin, *grads, positions=positions,
+                              interleaved=interleaved, rotary_dim=rotary_dim, backward=True,
+                              prepared=ctx.prepared)
+        return (*grads, None)
 
 
 def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=False,
@@ -96,80 +98,37 @@ def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=Fal
     """
     if cos is None or sin is None:
         raise TypeError("cos, sin: both tables are required (see ropetut.rope_tables)")
-    if impl not in IMPLS + OPTIONAL_IMPLS:
-        raise ValueError(f"impl: must be one of {IMPLS + OPTIONAL_IMPLS}, got {impl!r}")
-    if impl == "cute" and not torch.compiler.is_compiling() and cute_unavailable():
-        raise RuntimeError(cute_unavailable())
-    if not isinstance(check_positions, bool):
-        raise TypeError(f"check_positions: must be a bool, got {type(check_positions).__name__}")
-    args = check_rope_args(q, k, cos, sin, positions, rotary_dim=rotary_dim,
-                           interleaved=interleaved, inplace=inplace, layout=layout)
-    if impl == "cute":
-        _check_cute_supports(args, interleaved)
-    elif impl != "final":
-        _check_impl_supports(impl, args, positions, rotary_dim, interleaved, inplace)
-    options = (args.cos, args.sin, args.positions, interleaved, args.rotary_dim, inplace, impl,
-               check_positions)
+    kernel = get_kernel(impl)
+    if kernel.needs and not torch.compiler.is_compiling() and unavailable(impl):
+        raise RuntimeError(unavailable(impl))
+    q4, k4, options = check_rope_args(q, k, cos, sin, positions, kernel=kernel,
+                                      rotary_dim=rotary_dim, interleaved=interleaved,
+                                      inplace=inplace, layout=layout,
+                                      check_positions=check_positions)
     wants_grad = torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
-    if torch.compiler.is_compiling():
-        q_out, k_out = rope_traced(args.q, args.k, *options, wants_grad)
+    if torch.compiler.is_compiling():   # (in place: the traced graph's copy_ checks as torch does)
+        q_out, k_out = rope_traced(q4, k4, options, wants_grad)
     elif not wants_grad:
-        q_out, k_out = rotate(args.q, args.k, *options)
+        q_out, k_out = rotate(q4, k4, options)
     elif inplace and k is not None:
+        _check_autograd_allows_inplace(q, k)
         # Autograd lets a Function that writes into a view return one tensor only, and q and k
         # are often views (of one projection): one call each.
-        q_out, k_out = RopeFunction.apply(args.q, None, options), RopeFunction.apply(args.k, None, options)
+        q_out, k_out = RopeFunction.apply(q4, None, options), RopeFunction.apply(k4, None, options)
     elif k is None:
-        q_out, k_out = RopeFunction.apply(args.q, None, options), None
+        if inplace:
+            _check_autograd_allows_inplace(q, k)
+        q_out, k_out = RopeFunction.apply(q4, None, options), None
     else:
-        q_out, k_out = RopeFunction.apply(args.q, args.k, options)
+        q_out, k_out = RopeFunction.apply(q4, k4, options)
     if layout == "bhtd":
         q_out = q_out.transpose(1, 2)
         k_out = None if k_out is None else k_out.transpose(1, 2)
     return q_out if k is None else (q_out, k_out)
 
 
-def _check_impl_supports(impl, args, positions, rotary_dim, interleaved, inplace):
-    D = args.q.shape[-1]
-    for name, asked in (("positions", positions is not None), ("inplace", inplace),
-                        ("rotary_dim", args.rotary_dim != D)):
-        if asked:
-            raise ValueError(f"{name}: impl={impl!r} does not support it; use impl='final'")
-    if interleaved != (impl == "v1"):
-        pairs = "interleaved" if impl == "v1" else "half-split"
-        raise ValueError(f"interleaved: impl={impl!r} only has {pairs} pairs; use impl='final'")
-
-
-CUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _check_cute_supports(args, interleaved):
-    """What the CuTeDSL kernel refuses, named by argument (see ``ropetut.kernels.cute``)."""
-    D = args.q.shape[-1]
-    if interleaved:
-        raise ValueError("interleaved: impl='cute' only has half-split pairs; use impl='final'")
-    if args.rotary_dim != D:
-        raise ValueError("rotary_dim: impl='cute' rotates the whole head dim; use impl='final'")
-    for name, t in (("q", args.q), ("cos", args.cos)):
-        if t.dtype not in CUTE_DTYPES:
-            raise TypeError(f"{name}: impl='cute' takes {CUTE_DTYPES}, got {t.dtype}; use impl='final'")
-    # (torch.compile traces fake tensors, which have no address: the kernel's caller copies a
-    # misaligned tensor at run time instead)
-    check_pointer = not torch.compiler.is_compiling()
-    for name, t in (("cos", args.cos), ("sin", args.sin)):
-        if check_pointer and t.data_ptr() % 16:
-            raise ValueError(f"{name}: impl='cute' needs a 16-byte aligned table; pass {name}.clone()")
-    vec = 16 // args.q.element_size()
-    if (D // 2) % vec:
-        raise ValueError(f"q: impl='cute' reads {vec} elements at a time, so D/2 must be a multiple "
-                         f"of {vec}, got D={D}; use impl='final'")
-    for name, t in (("q", args.q), ("k", args.k)):
-        if t is None:
-            continue
-        if not cute_fits(t, check_pointer=check_pointer):
-            raise ValueError(f"{name}: impl='cute' needs unit stride in the head dim, the other "
-                             f"strides multiples of {vec} elements and a 16-byte aligned start, got "
-                             f"strides {t.stride()}; pass {name}.contiguous() or use impl='final'")
-        if t.numel() >= 2**31:
-            raise ValueError(f"{name}: impl='cute' indexes with 32-bit integers, and {name} has "
-                             f"{t.numel()} elements; use impl='final'")
+def _check_autograd_allows_inplace(q, k):
+    """Autograd's own refusals of an in-place write, raised before the kernel writes anything."""
+    for name, t in (("q", q), ("k", k)):
+        if t is not None and t.requires_grad:
+            check_autograd_allows_inplace(t, name)

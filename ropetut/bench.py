@@ -26,11 +26,11 @@ import torch
 from tqdm.auto import tqdm
 from triton.testing import do_bench
 
-from . import notebook
+from . import provenance
 from .autograd import apply_rope
-from .op import cute_unavailable
+from .kernels import KERNELS, unavailable
 from .reference import LlmRotary, rope_rotate_half
-from .runtime import DEVICE, on_gpu
+from .runtime import DEVICE, NO_GPU, on_gpu
 from .tables import rope_tables, standard
 
 MODES = ("fwd", "fwd+bwd")
@@ -41,7 +41,11 @@ CUTE = "cute"   # the CuTeDSL kernel (appendix): timed where nvidia-cutlass-dsl 
 PROVIDERS = (COPY, *PEERS, *VERSIONS, CUTE)
 AUTOGRAD_FLOOR = "autograd.Function floor"   # host_rows: what an empty autograd.Function costs
 FWD_ONLY = ("final (in place)", "final (partial, in place)")   # autograd refuses in place on a leaf
-TAKE_POSITIONS = (COPY, "torch eager", "torch.compile", "liger", "final", "final (in place)", CUTE)
+PEERS_AT_POSITIONS = (COPY, "torch eager", "torch.compile", "liger")   # gather rows at positions
+# The providers that run a registry kernel on the shape's positions: whether they can is the
+# kernel's ``Supports``. ("final (partial, in place)" is chapter 7's, without positions.)
+IMPL_OF = {"v1": "v1", "v2": "v2", "v3": "v3", "v4": "v4", "final": "final",
+           "final (in place)": "final", CUTE: "cute"}
 
 
 @dataclass(frozen=True)
@@ -243,10 +247,9 @@ def make_provider(name: str, shape: Shape):
     if name == "final (partial, in place)":   # chapter 7: rotate half the dims, skip the rest
         cos, sin = rope_tables(standard(shape.D // 2), n_rows, device=DEVICE)
         return partial(apply_rope, cos=cos, sin=sin, rotary_dim=shape.D // 2, inplace=True)
-    inplace = name == "final (in place)"
-    impl = "final" if inplace else name
-    return partial(apply_rope, cos=cos, sin=sin, positions=pos, impl=impl, interleaved=impl == "v1",
-                   inplace=inplace)
+    impl = IMPL_OF[name]
+    return partial(apply_rope, cos=cos, sin=sin, positions=pos, impl=impl,
+                   interleaved=not KERNELS[impl].half_split, inplace=name == "final (in place)")
 
 
 def rope_at_positions(x, cos, sin, positions):
@@ -266,8 +269,9 @@ def training_step(fn):
 
 
 def supports(name: str, shape: Shape, mode: str) -> bool:
-    return ((mode == "fwd" or name not in FWD_ONLY)
-            and (not shape.positions or name in TAKE_POSITIONS))
+    at_positions = name in PEERS_AT_POSITIONS or (
+        name in IMPL_OF and KERNELS[IMPL_OF[name]].supports.positions)
+    return (mode == "fwd" or name not in FWD_ONLY) and (not shape.positions or at_positions)
 
 
 def measure(name: str, shape: Shape, mode: str, floor_ms: float, graph_floor_ms: float | None) -> dict:
@@ -298,14 +302,14 @@ def run(shapes, providers=None, modes=("fwd",), progress=True, graphs=True):
     """Time the providers on each shape and mode, the copy floor first, eagerly and (with
     ``graphs``) from CUDA graphs. Returns the rows, or None without a GPU."""
     if not on_gpu():
-        print(notebook.NO_GPU)
+        print(NO_GPU)
         return None
     providers = list(providers or PROVIDERS)
     if "liger" in providers and liger_rope() is None:
         print("liger: liger_kernel does not import (pip install liger-kernel), skipped")
         providers.remove("liger")
-    if CUTE in providers and cute_unavailable():
-        print(f"cute: skipped: {cute_unavailable()}")
+    if CUTE in providers and unavailable(CUTE):
+        print(f"cute: skipped: {unavailable(CUTE)}")
         providers.remove(CUTE)
     todo = [(shape, mode, [n for n in providers if supports(n, shape, mode)])
             for shape in shapes for mode in modes]
@@ -349,7 +353,7 @@ def host_rows(providers=HOST_PROVIDERS, modes=MODES, shape=HOST_SHAPE, rounds=9)
     each, and each provider's figure is its median round. Returns a list of dicts, or None
     without a GPU."""
     if not on_gpu():
-        print(notebook.NO_GPU)
+        print(NO_GPU)
         return None
     providers = [p for p in providers if p != "liger" or liger_rope() is not None]
     rows = []
@@ -471,8 +475,8 @@ def _color(name: str):
 
 
 def environment() -> dict:
-    """Where the numbers come from: notebook.environment() plus liger's version (None if absent)."""
-    return dict(notebook.environment(), liger=liger_version())
+    """Where the numbers come from: provenance.environment() plus liger's version (None if absent)."""
+    return dict(provenance.environment(), liger=liger_version())
 
 
 def main(argv=None) -> int:

@@ -5,8 +5,8 @@ forgot to write fails), and compares ||out - ref|| / ||ref|| with a per-dtype to
 """
 import torch
 
-from .op import cute_unavailable, run_kernel
-from .launch import check_rope_args
+from .kernels import get_kernel, unavailable
+from .validate import check_rope_args
 from .reference import rope_reference
 from .runtime import DEVICE, on_gpu, pick, runtime_mode
 from .tables import partial, rope_tables, standard
@@ -27,13 +27,15 @@ def passes(err: float, dtype: torch.dtype) -> bool:
 
 def run_poisoned(impl, q, k, cos, sin, *, positions=None, interleaved=False, rotary_dim=None,
                  layout="bthd", backward=False):
-    """Run one kernel out of place into NaN-filled outputs; return (q_out, k_out) in the caller's layout."""
-    a = check_rope_args(q, k, cos, sin, positions, rotary_dim=rotary_dim,
-                        interleaved=interleaved, layout=layout)
-    q_out = torch.full_like(a.q, float("nan"))
-    k_out = None if a.k is None else torch.full_like(a.k, float("nan"))
-    run_kernel(impl, a.q, a.k, a.cos, a.sin, q_out, k_out, positions=a.positions,
-               interleaved=interleaved, rotary_dim=a.rotary_dim, backward=backward)
+    """Run one kernel into NaN-filled outputs; return (q_out, k_out) in the caller's layout."""
+    q4, k4, options = check_rope_args(q, k, cos, sin, positions, kernel=get_kernel(impl),
+                                      rotary_dim=rotary_dim, interleaved=interleaved,
+                                      layout=layout)
+    q_out = torch.full_like(q4, float("nan"))
+    k_out = None if k4 is None else torch.full_like(k4, float("nan"))
+    cos, sin, positions, interleaved, rotary_dim = options[:5]
+    options.kernel.launch(q4, k4, cos, sin, q_out, k_out, positions=positions,
+                          interleaved=interleaved, rotary_dim=rotary_dim, backward=backward)
     if layout == "bhtd":
         q_out = q_out.transpose(1, 2)
         k_out = None if k_out is None else k_out.transpose(1, 2)
@@ -82,7 +84,7 @@ def check_cases():
         ("final", "positions (B, T)", dict(f32, positions=True)),
         ("final", "BHTD layout", dict(f32, layout="bhtd")),
     ]
-    if not cute_unavailable():   # the optional CuTeDSL kernel (appendix)
+    if not unavailable("cute"):   # the optional CuTeDSL kernel (appendix)
         for dtype in dtypes:
             name = str(dtype).replace("torch.", "")
             cases += [("cute", f"fused q+k, GQA 4/2, {name}", dict(base, HK=2, dtype=dtype)),
@@ -95,8 +97,8 @@ def main() -> int:
     device = torch.cuda.get_device_name() if on_gpu() else "CPU (Triton interpreter)"
     print(f"ropetut check on {device} [{runtime_mode()}]")
     print(f"{'impl':6} {'case':38} {'rel. error':>11} {'tolerance':>10}  verdict")
-    if cute_unavailable():
-        print(f"cute   skipped: {cute_unavailable()}")
+    if unavailable("cute"):
+        print(f"cute   skipped: {unavailable('cute')}")
     failed = 0
     for impl, what, kw in check_cases():
         err = check_case(impl, **kw)

@@ -73,7 +73,7 @@ def record(claim_id: str, *, ours: str, agree: bool, cause: str, out_dir=None, s
 
 
 def _provenance() -> dict:
-    from .notebook import environment        # imports git and torch details lazily: GPU runs only
+    from .provenance import environment      # imports git and torch details lazily: GPU runs only
     env = environment()
     return {"device": env["device"], "ropetut commit": env["ropetut commit"]}
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .autograd import IMPLS
+from .kernels import IMPLS, KERNELS
 from .modules import RoPEAttention, RotaryEmbedding
 from .reference import LlmRotary
 from .tables import PRESETS
@@ -134,10 +134,10 @@ def make_rope(config: GPTConfig) -> nn.Module:
     elif config.rope == "torch":
         rope = SeedRope(config.head_dim, config.max_seq_len, config.base, dtype)
     else:
-        # v1 has only interleaved pairs, the others half-split ones: for training either will do
+        # the kernel's own pairing (v1 has only interleaved pairs): for training either will do
         rope = RotaryEmbedding(config.head_dim, config.max_seq_len, preset=config.preset,
                                base=config.base, table_dtype=dtype, impl=config.rope,
-                               interleaved=config.rope == "v1")
+                               interleaved=not KERNELS[config.rope].half_split)
         if config.negative_angle:
             rope.sin.neg_()        # turning by -theta is turning by theta with sin negated
     return RopeCall(rope, rotate_by_head_index=config.rotate_by_head_index, detach=config.detach_rope)

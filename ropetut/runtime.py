@@ -27,3 +27,6 @@ def on_gpu() -> bool:
 def pick(*, gpu, cpu):
     """The GPU value on a GPU, the CPU value under the interpreter (sizes, repeat counts, ...)."""
     return gpu if on_gpu() else cpu
+
+
+NO_GPU = "no GPU: timings skipped"   # what a timing prints under the interpreter

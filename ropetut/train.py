@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from .data import load_corpus, make_split, train_batches, windows
 from .model import GPTConfig, TinyGPT, loss_fn
-from .notebook import environment
+from .provenance import environment
 from .runtime import DEVICE, on_gpu
 
 

@@ -33,10 +33,10 @@ PYTHONPATH="$PWD:$PYTHONPATH"
 
 echo "== environment"
 nvidia-smi -L
-python3 -c 'import platform, torch, triton, ropetut.bench as b, ropetut.op as op
+python3 -c 'import platform, torch, triton, ropetut.bench as b, ropetut.kernels as kernels
 print("python", platform.python_version(), "| torch", torch.__version__, "| triton", triton.__version__,
       "| liger", b.liger_version(), "| cuda available", torch.cuda.is_available(),
-      "| cute", op.cute_unavailable() or "available")'
+      "| cute", kernels.unavailable("cute") or "available")'
 
 failed=()
 step() {  # step NAME COMMAND...: run it if NAME is in STEPS, then print one summary line
@@ -63,7 +63,7 @@ import datetime, platform, subprocess
 from pathlib import Path
 import torch, triton
 from ropetut.bench import liger_version
-from ropetut.notebook import commit
+from ropetut.provenance import commit
 
 driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                         capture_output=True, text=True).stdout.split("\n")[0] or "unknown"

@@ -15,12 +15,12 @@ import torch
 
 from ropetut import apply_rope, bench, rope_tables, standard
 from ropetut.autograd import RopeFunction
-from ropetut.launch import check_rope_args
-from ropetut.op import rotate
+from ropetut.kernels import KERNELS, rotate
+from ropetut.validate import RopeOptions, check_rope_args
 
 shape = bench.HOST_SHAPE
 cos, sin = rope_tables(standard(shape.D), shape.T, device="cuda")
-options = (cos, sin, None, False, shape.D, False, "final", False)
+options = RopeOptions(cos, sin, None, False, shape.D, False, KERNELS["final"])
 backward_s = []      # seconds spent inside the backward body, for the full RopeFunction
 
 
@@ -37,7 +37,7 @@ class Fresh(torch.autograd.Function):
 class OurForward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, options):
-        return rotate(q, k, *options)
+        return rotate(q, k, options)
 
     @staticmethod
     def backward(ctx, dq, dk):
@@ -75,8 +75,8 @@ if bench.liger_rope():
 
 
 def _checked(q, k):
-    args = check_rope_args(q, k, cos, sin)
-    return args.q, args.k
+    q4, k4, _ = check_rope_args(q, k, cos, sin, kernel=KERNELS["final"])
+    return q4, k4
 
 
 inputs = bench.make_inputs(shape, "fwd+bwd")
@@ -94,8 +94,9 @@ print(f"inside RopeFunction.backward (median): {sorted(backward_s)[len(backward_
 
 # forward alone, the same way
 fwd_inputs = bench.make_inputs(shape, "fwd")
-fwd = {"rotate": lambda q, k: rotate(q, k, *options), "apply_rope": lambda q, k: apply_rope(q, k, cos, sin),
-       "check_rope_args": lambda q, k: check_rope_args(q, k, cos, sin)}
+fwd = {"rotate": lambda q, k: rotate(q, k, options),
+       "apply_rope": lambda q, k: apply_rope(q, k, cos, sin),
+       "check_rope_args": lambda q, k: check_rope_args(q, k, cos, sin, kernel=KERNELS["final"])}
 for fn in fwd.values():
     for _ in range(20):
         fn(*fwd_inputs)

@@ -67,11 +67,12 @@ def test_backward_matches_autograd_through_reference(impl):
 
 def test_forward_only_kernel_cuts_the_graph():
     """The seed's Triton path had no autograd: q and k got no gradient. Ours does."""
-    from ropetut.op import run_kernel
+    from ropetut.kernels import KERNELS
     q = randn(1, 4, 2, 8).requires_grad_()
     cos, sin = tables(8, 4)
     out = torch.empty_like(q)
-    run_kernel("v2", q.detach(), None, cos, sin, out, None)   # a bare launch: not differentiable
+    KERNELS["v2"].launch(q.detach(), None, cos, sin, out, None, positions=None, interleaved=False,
+                         rotary_dim=8, backward=False)   # a bare launch: not differentiable
     assert not out.requires_grad
     assert ropetut.apply_rope(q, cos=cos, sin=sin).requires_grad
 

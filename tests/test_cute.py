@@ -9,21 +9,20 @@ from conftest import randn, tables
 
 import ropetut
 from ropetut import apply_rope
-from ropetut.autograd import _check_cute_supports
 from ropetut.check import TOLERANCE, check_case, relative_error
-from ropetut.launch import check_rope_args
-from ropetut.op import cute_unavailable
+from ropetut.kernels import KERNELS, unavailable
+from ropetut.validate import check_rope_args
 from ropetut.reference import rope_reference
 
-needs_cute = pytest.mark.skipif(cute_unavailable() is not None, reason=str(cute_unavailable()))
+needs_cute = pytest.mark.skipif(unavailable("cute") is not None, reason=str(unavailable("cute")))
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 def refusal(q, k=None, *, dtype_tables=torch.float32, rotary_dim=None, interleaved=False, n=8):
     D = q.shape[-1]
     cos, sin = tables(D, n, rotary_dim=rotary_dim, dtype=dtype_tables)
-    args = check_rope_args(q, k, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved)
-    _check_cute_supports(args, interleaved)
+    check_rope_args(q, k, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved,
+                    kernel=KERNELS["cute"])
 
 
 @pytest.mark.parametrize("case, error, names", [
@@ -51,7 +50,7 @@ def test_accepts_what_the_kernel_can_do():
     refusal(q.transpose(1, 2).contiguous().transpose(1, 2), k)   # BHTD memory, BTHD view
 
 
-@pytest.mark.skipif(cute_unavailable() is None, reason="CuTeDSL and a GPU are here: impl='cute' runs")
+@pytest.mark.skipif(unavailable("cute") is None, reason="CuTeDSL and a GPU are here: impl='cute' runs")
 def test_without_cutedsl_or_a_gpu_the_error_says_what_is_missing():
     q = randn(1, 4, 2, 32)
     before = q.clone()

@@ -5,10 +5,12 @@ from conftest import gpu_only, randn, tables
 
 import ropetut
 from ropetut.check import TOLERANCE, check_case, relative_error, run_poisoned
+from ropetut.kernels import KERNELS
+from ropetut.kernels.tiles import tile_sizes
 from ropetut.reference import rope_reference
 
 CPU_DTYPES = [torch.float32, torch.float16]
-PAIRS = {"v1": True, "v2": False, "v3": False, "v4": False, "final": False}
+PAIRS = {impl: not KERNELS[impl].half_split for impl in ropetut.IMPLS}   # interleaved?
 
 
 @pytest.mark.parametrize("dtype", CPU_DTYPES, ids=str)
@@ -112,3 +114,9 @@ def test_past_2_31_elements_needs_int64_offsets():
     ropetut.apply_rope(q, cos=cos, sin=sin, inplace=True)
     ref = rope_reference(tail, cos[-4:], sin[-4:])
     assert relative_error(q[:, -4:], ref) <= TOLERANCE[torch.float16]
+
+
+def test_tile_sizes_cover_heads_then_tokens():
+    assert tile_sizes(T=4096, H=32, half=64) == (1, 32, 64)
+    assert tile_sizes(T=4096, H=8, half=64) == (4, 8, 64)
+    assert tile_sizes(T=3, H=3, half=48) == (4, 4, 64)

@@ -1,1 +1,174 @@
-"""Triton kernels, one version per file: v1 -> v4 retell the seed's journey, final is what users call."""
+"""The kernel registry: every RoPE kernel ropetut runs, what each supports, and how to launch it.
+
+Kernels, one version per file: v1 -> v4 retell the seed's journey, ``final`` is what users call,
+``cute`` is the appendix's CuTeDSL kernel (optional). Each has one entry in ``KERNELS``: a
+``Supports`` record and a launcher with one signature. ``apply_rope``'s checks, the registered
+operators, the benchmark, the model and the tests read what a kernel can do here, nowhere else;
+a new kernel is one file in this folder and one entry below.
+
+Every launcher is called on validated (B, T, H, D) views, and writes q_out and k_out:
+
+    launch(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary_dim, backward, prepared)
+
+    q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out is q in place.
+    cos, sin: (n_positions, rotary_dim/2), contiguous.  positions: None or (B, T) integers.
+    backward: turn by -theta.  prepared: what ``prepare_backward`` returned in the forward, or None.
+
+This file imports without CuTeDSL: the ``cute`` launcher imports its module when first called.
+"""
+from dataclasses import dataclass
+from functools import cache
+from typing import Callable
+
+import torch
+
+from ..runtime import on_gpu
+from ..validate import FLOAT_DTYPES, RopeOptions, check_positions_in_range, rows_fit_vectors
+from .final import prepare_backward as _final_prepare_backward
+from .final import rope_final
+from .v1 import rope_v1
+from .v2 import rope_v2
+from .v3 import rope_v3
+from .v4 import rope_v4
+
+
+@dataclass(frozen=True)
+class Supports:
+    """What a kernel can do. ``validate.check_supports`` refuses the rest, naming the argument."""
+    pairs: tuple[str, ...] = ("half",)   # "half": (x[i], x[i+R/2]); "interleaved": (x[2i], x[2i+1])
+    positions: bool = False              # a (B, T) table row per token
+    partial: bool = False                # rotary_dim < D: the other dims pass through
+    inplace: bool = False
+    dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES    # of q and k, and of the tables
+    vector_bytes: int = 0                # > 0: rows read this many bytes at a time (unit stride in
+    #                                      D, other strides whole vectors, aligned starts)
+    max_elements: int | None = None      # 32-bit offsets: q and k below this many elements
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    launch: Callable
+    supports: Supports
+    prepare_backward: Callable | None = None   # (q_out, k_out, cos, sin, positions, *,
+    #                                            interleaved, rotary_dim) -> ``prepared``
+    needs: str | None = None                   # a package ropetut does not install
+
+    @property
+    def half_split(self) -> bool:
+        """The pairing to use where either will do (a model, a benchmark): half-split if it has it."""
+        return "half" in self.supports.pairs
+
+
+def _one_tensor_at_a_time(launch_one):
+    """V1-V3 rotate one tensor per launch, forward only: their backward is the forward with sin
+    negated, and k is a second launch."""
+    def launch(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary_dim, backward,
+               prepared=None):
+        sin = -sin if backward else sin
+        launch_one(q, cos, sin, q_out)
+        if k is not None:
+            launch_one(k, cos, sin, k_out)
+        return q_out, k_out
+    return launch
+
+
+def _launch_v4(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary_dim, backward,
+               prepared=None):
+    return rope_v4(q, k, cos, sin, q_out, k_out, backward=backward)
+
+
+def _launch_final(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary_dim, backward,
+                  prepared=None):
+    return rope_final(q, k, cos, sin, q_out, k_out, positions=positions, interleaved=interleaved,
+                      rotary_dim=rotary_dim, backward=backward, key=prepared)
+
+
+CUTE_INSTALL = ("pip install 'nvidia-cutlass-dsl[cu13]' apache-tvm-ffi for a CUDA 13 driver, "
+                "pip install nvidia-cutlass-dsl apache-tvm-ffi for CUDA 12")
+CUTE_VECTOR_BYTES = 16
+
+
+def _launch_cute(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary_dim, backward,
+                 prepared=None):
+    """The CuTeDSL kernel reads rows 16 bytes at a time. Inputs that ``apply_rope`` let through
+    fit; gradients come in whatever strides autograd chose, so a backward copies the ones that
+    don't, and writes through a contiguous buffer if it must."""
+    from .cute import rope_cute
+
+    def fits(t):
+        return t is None or rows_fit_vectors(t, CUTE_VECTOR_BYTES)
+    q, k = (t if fits(t) else t.contiguous() for t in (q, k))
+    cos, sin = (t if t.data_ptr() % CUTE_VECTOR_BYTES == 0 else t.clone() for t in (cos, sin))
+    outs = [t if fits(t) else torch.empty_like(t, memory_format=torch.contiguous_format)
+            for t in (q_out, k_out)]
+    rope_cute(q, k, cos, sin, *outs, positions=positions, backward=backward)
+    for given, used in zip((q_out, k_out), outs):
+        if used is not given:
+            given.copy_(used)
+    return q_out, k_out
+
+
+KERNELS = {
+    "v1": Kernel("v1", _one_tensor_at_a_time(rope_v1), Supports(pairs=("interleaved",))),
+    "v2": Kernel("v2", _one_tensor_at_a_time(rope_v2), Supports()),
+    "v3": Kernel("v3", _one_tensor_at_a_time(rope_v3), Supports()),
+    "v4": Kernel("v4", _launch_v4, Supports()),
+    "final": Kernel("final", _launch_final,
+                    Supports(pairs=("half", "interleaved"), positions=True, partial=True,
+                             inplace=True),
+                    prepare_backward=_final_prepare_backward),
+    "cute": Kernel("cute", _launch_cute,
+                   Supports(positions=True, inplace=True,
+                            dtypes=(torch.float32, torch.float16, torch.bfloat16),
+                            vector_bytes=CUTE_VECTOR_BYTES, max_elements=2**31),
+                   needs="nvidia-cutlass-dsl"),
+}
+IMPLS = tuple(name for name, kernel in KERNELS.items() if kernel.needs is None)
+OPTIONAL_IMPLS = tuple(name for name, kernel in KERNELS.items() if kernel.needs is not None)
+
+
+def get_kernel(impl) -> Kernel:
+    """The registry's entry for ``impl``; ValueError naming the argument if there is none."""
+    kernel = KERNELS.get(impl) if isinstance(impl, str) else None
+    if kernel is None:
+        raise ValueError(f"impl: must be one of {tuple(KERNELS)}, got {impl!r}")
+    return kernel
+
+
+@cache
+def unavailable(impl: str) -> str | None:
+    """Why ``impl`` can't run here, or None when it can."""
+    if impl != "cute":
+        return None
+    if not on_gpu():
+        return ("impl='cute' needs a CUDA GPU: CuTeDSL compiles for NVIDIA GPUs only, and this "
+                "machine runs ropetut's kernels through Triton's interpreter")
+    try:
+        from . import cute  # noqa: F401
+    except ImportError as e:
+        return f"impl='cute' needs NVIDIA's CuTeDSL, which does not import ({e}): {CUTE_INSTALL}"
+    return None
+
+
+def rotate(q, k, options: RopeOptions):
+    """Allocate the outputs (none in place), launch ``options.kernel``, return (q_out, k_out).
+
+    An empty q or k (no tokens, no heads, no batch) launches nothing for it. In place, q's and
+    k's version counters are bumped as torch's own in-place ops bump them, so a graph that saved
+    them before the write raises instead of computing with the new values."""
+    cos, sin, positions, interleaved, rotary_dim, inplace, kernel, check_positions, backward = options
+    if check_positions and positions is not None:
+        check_positions_in_range(positions, cos.shape[0])
+    q_out = q if inplace else torch.empty_like(q)
+    k_out = None if k is None else (k if inplace else torch.empty_like(k))
+    if q.numel() and (k is None or k.numel()):
+        kernel.launch(q, k, cos, sin, q_out, k_out, positions=positions, interleaved=interleaved,
+                      rotary_dim=rotary_dim, backward=backward)
+    elif q.numel() or (k is not None and k.numel()):   # one of them is empty: the other alone
+        x, x_out = (q, q_out) if q.numel() else (k, k_out)
+        kernel.launch(x, None, cos, sin, x_out, None, positions=positions,
+                      interleaved=interleaved, rotary_dim=rotary_dim, backward=backward)
+    if inplace:
+        torch.autograd.graph.increment_version(q if k is None else (q, k))
+    return q_out, k_out

@@ -20,13 +20,18 @@ What it adds to V4, and why:
   launches straight away: it hands the arguments and the current stream to the compiled
   kernel's launcher, skipping the Python wrapper Triton puts around it (which looks up the
   device, the stream and Triton's launch hooks on every call). Those hooks, used by profilers
-  such as Proton, are therefore not called for cached launches.
+  such as Proton, are therefore not called for cached launches. That launcher is Triton's
+  private interface: ``direct_launch_matches`` checks that the installed Triton calls it as
+  this file does, and where it does not, every launch goes through ``kernel[grid](...)``.
 """
+import inspect
+from functools import cache
+
 import torch
 import triton
 import triton.language as tl
 
-from ..launch import tile_sizes
+from .tiles import tile_sizes
 
 
 @triton.jit
@@ -107,8 +112,8 @@ def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=Fals
                rotary_dim=None, backward=False, key=None):
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out may be q.
     cos, sin: (n_positions, rotary_dim/2), contiguous. positions: None or (B, T) integers.
-    key: ``launch_key`` of these arguments, when the caller computed it ahead (autograd's
-    backward, see ``RopeFunction``). Returns (q_out, k_out)."""
+    key: ``launch_key`` of these arguments, when the caller computed it ahead (the backward's,
+    from ``prepare_backward``). Returns (q_out, k_out)."""
     R = rotary_dim or q.shape[3]
     kk, kk_out = (q, q_out) if k is None else (k, k_out)   # HK = 0: the k loop never runs
     pos = q if positions is None else positions            # a placeholder pointer, never read
@@ -126,7 +131,7 @@ def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=Fals
     if cached is None:
         kernel, grid, scalars = _first_launch(*pointers, k is not None, positions is not None, R,
                                               interleaved, backward)
-        if aligned and kernel is not None:   # None under the interpreter: nothing compiled to keep
+        if aligned and kernel is not None and direct_launch_matches():   # None: interpreted
             if len(_LAUNCHES) >= 4096:       # a bound on memory for callers that never repeat a shape
                 _LAUNCHES.clear()
             _LAUNCHES[key] = (kernel, grid, q.get_device(), scalars)
@@ -136,6 +141,32 @@ def rope_final(q, k, cos, sin, q_out, k_out, *, positions=None, interleaved=Fals
         kernel.run(*grid, torch._C._cuda_getCurrentRawStream(device), kernel.function,
                    kernel.packed_metadata, None, None, None, *pointers, *scalars)
     return q_out, k_out
+
+
+def prepare_backward(q_out, k_out, cos, sin, positions, *, interleaved, rotary_dim):
+    """The backward's launch key, computed in the forward for gradients laid out like q_out and
+    k_out: autograd runs the backward on a thread where the same Python costs several times more
+    (chapter 6)."""
+    return launch_key(q_out, k_out, cos, sin, q_out, k_out, positions, rotary_dim, interleaved,
+                      True, in_place=False)
+
+
+# The call ``JITFunction.run`` makes in the Triton versions this file was written for (3.6, 3.7):
+# the cached launch makes the same call, with no launch metadata and no hooks.
+TRITON_LAUNCH_CALL = ("kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, "
+                      "kernel.packed_metadata, launch_metadata, knobs.runtime.launch_enter_hook, "
+                      "knobs.runtime.launch_exit_hook, *bound_args.values())")
+
+
+@cache
+def direct_launch_matches() -> bool:
+    """Does the installed Triton launch a compiled kernel as the cached launch does? Read from its
+    source, once: a Triton that changed the call gets the public ``kernel[grid](...)`` path."""
+    try:
+        source = inspect.getsource(triton.runtime.jit.JITFunction.run)
+    except (OSError, TypeError):
+        return False
+    return TRITON_LAUNCH_CALL in " ".join(source.split()).replace("( ", "(")
 
 
 def launch_key(q, k, cos, sin, q_out, k_out, positions, R, interleaved, backward, *, in_place):

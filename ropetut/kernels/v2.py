@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..launch import tile_sizes
+from .tiles import tile_sizes
 
 
 @triton.jit

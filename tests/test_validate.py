@@ -5,7 +5,6 @@ from conftest import randn, tables
 
 import ropetut
 from ropetut.check import relative_error
-from ropetut.launch import tile_sizes
 from ropetut.reference import rope_reference
 
 B, T, H, D = 2, 5, 4, 16
@@ -108,9 +107,3 @@ def test_bhtd_outputs_keep_shape_and_strides():
     q = a["q"].transpose(1, 2).contiguous()                 # a real (B, H, T, D) tensor
     out = ropetut.apply_rope(q, cos=a["cos"], sin=a["sin"], layout="bhtd")
     assert out.shape == q.shape and out.stride() == q.stride()
-
-
-def test_tile_sizes_cover_heads_then_tokens():
-    assert tile_sizes(T=4096, H=32, half=64) == (1, 32, 64)
-    assert tile_sizes(T=4096, H=8, half=64) == (4, 8, 64)
-    assert tile_sizes(T=3, H=3, half=48) == (4, 4, 64)

@@ -1,0 +1,290 @@
+"""The one gate in front of every kernel: argument checks, and torch's rules for in place.
+
+``check_rope_args`` raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong shape,
+value or device, or something the chosen kernel can't do) naming the argument. Every check runs
+before anything is written, so a refused call leaves q and k as they were. It hands back
+(B, T, H, D) views of q and k, whatever the caller's layout, and a ``RopeOptions``.
+
+It never reads a tensor's values, so it never waits for the GPU: a call can be captured in a
+CUDA graph and traced by ``torch.compile``. The one check that needs values, positions inside
+the table, is ``check_positions_in_range``: opt-in, because it syncs. Without it the kernel
+keeps every read inside the table and writes NaN for a token whose position is out of range.
+
+In place, the rules are torch's own: no element of q or k may share memory with another
+element that is written (``check_no_overlap``), and autograd must be able to record the write
+(``check_autograd_allows_inplace``); both are checked here, before the kernel writes.
+"""
+from typing import NamedTuple
+
+import torch
+from torch._subclasses.fake_tensor import is_fake
+
+from .runtime import DEVICE, INTERPRETED
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+LAYOUTS = ("bthd", "bhtd")
+
+
+class RopeOptions(NamedTuple):
+    """How to turn q and k: everything a launch needs but the tensors themselves."""
+    cos: torch.Tensor                # (n_positions, rotary_dim/2), contiguous
+    sin: torch.Tensor
+    positions: torch.Tensor | None   # (B, T) view (stride 0 over B when given as (T,))
+    interleaved: bool
+    rotary_dim: int
+    inplace: bool
+    kernel: object                   # the ``ropetut.kernels.Kernel`` that runs it
+    check_positions: bool = False
+    backward: bool = False           # turn by -theta (the gradient of a turn by theta)
+
+
+def check_rope_args(q, k, cos, sin, positions=None, *, kernel, rotary_dim=None,
+                    interleaved=False, inplace=False, layout="bthd", check_positions=False):
+    """Validate everything; returns (q, k, options) with q, k as (B, T, H, D) views."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: must be one of {LAYOUTS}, got {layout!r}")
+    for name, flag in (("interleaved", interleaved), ("inplace", inplace),
+                       ("check_positions", check_positions)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: must be a bool, got {type(flag).__name__}")
+    _check_tensor(q, "q", layout)
+    q4 = _as_bthd(q, layout)
+    B, T, Hq, D = q4.shape
+    if D % 2:
+        raise ValueError(f"q: head dim must be even to form pairs, got D={D}")
+    k4 = None
+    if k is not None:
+        _check_tensor(k, "k", layout)
+        if k.dtype != q.dtype:
+            raise TypeError(f"k: dtype {k.dtype} differs from q's {q.dtype}")
+        k4 = _as_bthd(k, layout)
+        Bk, Tk, Hk, Dk = k4.shape
+        if (Bk, Tk, Dk) != (B, T, D):
+            raise ValueError(f"k: (batch, seq, head_dim) = {(Bk, Tk, Dk)} must match q's {(B, T, D)}")
+        if (Hk == 0 and Hq) or (Hk and Hq % Hk):
+            raise ValueError(f"k: q's {Hq} heads are not a multiple of k's {Hk} heads (GQA needs Hq % Hkv == 0)")
+    if rotary_dim is None:
+        rotary_dim = D
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int):
+        raise TypeError(f"rotary_dim: must be an int, got {type(rotary_dim).__name__}")
+    if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > D:
+        raise ValueError(f"rotary_dim: must be even and in [2, D={D}], got {rotary_dim}")
+    for name, table in (("cos", cos), ("sin", sin)):
+        if not isinstance(table, torch.Tensor):
+            raise TypeError(f"{name}: must be a torch.Tensor, got {type(table).__name__}")
+        if table.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name}: dtype {table.dtype} is not a floating type")
+        if table.dim() != 2 or table.shape[1] != rotary_dim // 2:
+            raise ValueError(f"{name}: must be (n_positions, rotary_dim/2 = {rotary_dim // 2}), "
+                             f"got {tuple(table.shape)}")
+        if table.requires_grad and torch.is_grad_enabled():
+            raise ValueError(f"{name}: requires grad, but ropetut computes no gradient for the "
+                             f"tables; pass {name}.detach(), or compute the tables inside "
+                             f"torch.no_grad()")
+    if sin.shape != cos.shape:
+        raise ValueError(f"sin: shape {tuple(sin.shape)} differs from cos's {tuple(cos.shape)}")
+    if sin.dtype != cos.dtype:
+        raise TypeError(f"sin: dtype {sin.dtype} differs from cos's {cos.dtype}")
+    n_positions = cos.shape[0]
+    if positions is None:
+        if n_positions < T:
+            raise ValueError(f"cos: has {n_positions} positions, too short for T={T}")
+    else:
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(f"positions: must be a torch.Tensor, got {type(positions).__name__}")
+        if positions.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"positions: dtype must be int32 or int64, got {positions.dtype}")
+        if tuple(positions.shape) not in ((T,), (B, T)):
+            raise ValueError(f"positions: shape must be (T,) = {(T,)} or (B, T) = {(B, T)}, "
+                             f"got {tuple(positions.shape)}")
+    device = q.device
+    for name, t in (("k", k), ("cos", cos), ("sin", sin), ("positions", positions)):
+        if t is not None and t.device != device:
+            raise ValueError(f"{name}: on {t.device}, but q is on {device}")
+    if device.type != DEVICE.type:
+        mode = "Triton's interpreter (no CUDA device)" if INTERPRETED else "compiled GPU kernels"
+        raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors, got {device}")
+    cos, sin = cos.contiguous(), sin.contiguous()
+    check_supports(kernel, q4, k4, cos, sin, positions, interleaved=interleaved,
+                   rotary_dim=rotary_dim, inplace=inplace)
+    if inplace:
+        check_no_overlap(q4, k4)
+    options = RopeOptions(cos, sin, None if positions is None else positions.expand(B, T),
+                          interleaved, rotary_dim, inplace, kernel, check_positions)
+    return q4, k4, options
+
+
+def check_supports(kernel, q, k, cos, sin, positions, *, interleaved, rotary_dim, inplace):
+    """What the kernel can't do, refused by argument: reads its ``Supports`` record."""
+    can, impl = kernel.supports, kernel.name
+    D = q.shape[-1]
+    use = "; use impl='final'"
+    if interleaved and "interleaved" not in can.pairs:
+        raise ValueError(f"interleaved: impl={impl!r} only has half-split pairs{use}")
+    if not interleaved and "half" not in can.pairs:
+        raise ValueError(f"interleaved: impl={impl!r} only has interleaved pairs{use}")
+    for name, asked, supported in (("positions", positions is not None, can.positions),
+                                   ("inplace", inplace, can.inplace),
+                                   ("rotary_dim", rotary_dim != D, can.partial)):
+        if asked and not supported:
+            raise ValueError(f"{name}: impl={impl!r} does not support it{use}")
+    for name, t in (("q", q), ("cos", cos)):
+        if t.dtype not in can.dtypes:
+            raise TypeError(f"{name}: impl={impl!r} takes {can.dtypes}, got {t.dtype}{use}")
+    if can.max_elements is not None:
+        for name, t in (("q", q), ("k", k)):
+            if t is not None and t.numel() >= can.max_elements:
+                raise ValueError(f"{name}: impl={impl!r} indexes with 32-bit integers, and {name} "
+                                 f"has {t.numel()} elements{use}")
+    if can.vector_bytes:
+        _check_vector_rows(impl, can.vector_bytes, q, k, cos, sin)
+
+
+def rows_fit_vectors(t: torch.Tensor, vector_bytes: int, *, check_pointer: bool = True) -> bool:
+    """Can a kernel read t's rows ``vector_bytes`` at a time? Unit stride in D, every other stride
+    a whole number of vectors, and (unless check_pointer=False: torch.compile's fake tensors have
+    no address) a start aligned to the vector."""
+    vec = vector_bytes // t.element_size()
+    return (t.stride(-1) == 1 and all(s % vec == 0 for s in t.stride()[:-1])
+            and (not check_pointer or t.data_ptr() % vector_bytes == 0))
+
+
+def _check_vector_rows(impl, vector_bytes, q, k, cos, sin):
+    # (torch.compile traces fake tensors, which have no address: the kernel's caller copies a
+    # misaligned tensor at run time instead)
+    check_pointer = not torch.compiler.is_compiling()
+    for name, t in (("cos", cos), ("sin", sin)):
+        if check_pointer and t.data_ptr() % vector_bytes:
+            raise ValueError(f"{name}: impl={impl!r} needs a {vector_bytes}-byte aligned table; "
+                             f"pass {name}.clone()")
+    D = q.shape[-1]
+    vec = vector_bytes // q.element_size()
+    if (D // 2) % vec:
+        raise ValueError(f"q: impl={impl!r} reads {vec} elements at a time, so D/2 must be a "
+                         f"multiple of {vec}, got D={D}; use impl='final'")
+    for name, t in (("q", q), ("k", k)):
+        if t is not None and not rows_fit_vectors(t, vector_bytes, check_pointer=check_pointer):
+            raise ValueError(f"{name}: impl={impl!r} needs unit stride in the head dim, the other "
+                             f"strides multiples of {vec} elements and a {vector_bytes}-byte "
+                             f"aligned start, got strides {t.stride()}; pass {name}.contiguous() "
+                             f"or use impl='final'")
+
+
+def check_no_overlap(q: torch.Tensor, k: torch.Tensor | None) -> None:
+    """In place, as torch's own in-place ops: refuse a q or k with elements that share memory
+    (an ``expand()``, an overlapping ``as_strided``), and a q and k that share any element.
+    Views of one fused projection (q, k side by side in each row) interleave without sharing
+    an element, and pass. A layout whose elements can't be proved apart is refused too."""
+    if not _has_memory(q):   # fake tensors (torch.compile tracing): the traced graph is functional
+        return
+    for name, t in (("q", q), ("k", k)):
+        if t is not None and _dims(t) is None:
+            raise ValueError(f"{name}: in place, but some of its elements share memory (strides "
+                             f"{t.stride()} for shape {tuple(t.shape)}, e.g. from expand()); "
+                             f"pass {name}.contiguous() or inplace=False")
+    if k is None or q.numel() == 0 or k.numel() == 0:
+        return
+    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr():
+        return
+    size = q.element_size()
+    q0, k0 = q.data_ptr() // size, k.data_ptr() // size
+    q_span, k_span = _span(q), _span(k)
+    if q0 + q_span < k0 or k0 + k_span < q0:       # disjoint address ranges
+        return
+    if _shares_an_element(_dims(q), _dims(k), k0 - q0):
+        raise ValueError("k: in place, q and k must not share memory (they overlap); "
+                         "pass inplace=False or separate tensors")
+
+
+def _has_memory(t):
+    """False for the fake tensors a compiler traces with (their data pointers mean nothing)."""
+    return not (torch.compiler.is_compiling() or is_fake(t) or t.device.type == "meta")
+
+
+def _dims(t):
+    """t's (size, stride) pairs, smallest stride first, without size-1 dims; None unless each
+    stride is larger than everything the smaller strides reach (which proves no two elements
+    share memory)."""
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n > 1)
+    reach = 0
+    for st, n in dims:
+        if st <= reach:
+            return None
+        reach += (n - 1) * st
+    return [(n, st) for st, n in dims]
+
+
+def _span(t):
+    return sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+
+
+def _shares_an_element(q_dims, k_dims, delta):
+    """Is an element of q at offset delta from an element of k? Exact: the difference of two
+    offsets is sum((i_d - j_d) * stride_d), found a digit at a time from the largest stride.
+    Each stride exceeds what a tensor's smaller strides reach, so few digits ever fit; a search
+    that still grows past a bound answers yes (unknown, so refused)."""
+    q_size, k_size = {st: n for n, st in q_dims}, {st: n for n, st in k_dims}
+    strides = sorted(set(q_size) | set(k_size))
+    dims = [(st, q_size.get(st, 1), k_size.get(st, 1)) for st in strides]
+    budget = [10_000]
+
+    def search(level, rest):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return True
+        if level < 0:
+            return rest == 0
+        st, nq, nk = dims[level]
+        below_q = sum((n - 1) * s for s, n, _ in dims[:level])   # what q's smaller strides reach
+        below_k = sum((n - 1) * s for s, _, n in dims[:level])
+        # rest = c * st + (q's smaller digits) - (k's), the second part in [-below_k, below_q]
+        lo = max(-(nk - 1), -((below_q - rest) // st))
+        hi = min(nq - 1, (rest + below_k) // st)
+        return any(search(level - 1, rest - c * st) for c in range(lo, hi + 1))
+
+    return search(len(dims) - 1, delta)
+
+
+def check_autograd_allows_inplace(t: torch.Tensor, name: str) -> None:
+    """The errors autograd would raise after an in-place write, raised before it: the kernel
+    writes first and autograd checks after, so a refused call would have rotated t already."""
+    if t.is_leaf:
+        raise ValueError(f"{name}: in place on a leaf tensor that requires grad; autograd "
+                         f"forbids it (torch raises the same): pass inplace=False")
+    base = t._base
+    if base is not None and base.is_leaf and base.requires_grad:
+        raise ValueError(f"{name}: in place on a view of a leaf tensor that requires grad; "
+                         f"autograd forbids it: pass inplace=False")
+    meta = getattr(torch._C._autograd, "_get_creation_meta", None)   # torch's private record
+    if base is not None and meta is not None and meta(t) != torch._C._autograd.CreationMeta.DEFAULT:
+        raise ValueError(f"{name}: in place on a view that autograd can't rewrite ({meta(t)}: a "
+                         f"view from unbind/split/chunk, or made under no_grad); pass "
+                         f"inplace=False or take views by indexing")
+
+
+def check_positions_in_range(positions: torch.Tensor, n_positions: int) -> None:
+    """ValueError unless every position indexes a row of the table. Reads the values, so it waits
+    for the GPU: ``apply_rope(..., check_positions=True)`` asks for it; nothing else does."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise ValueError("check_positions: reading positions on the host is impossible while a "
+                         "CUDA graph is being captured; check before capturing")
+    if positions.numel():
+        lo, hi = int(positions.min()), int(positions.max())
+        if lo < 0 or hi >= n_positions:
+            raise ValueError(f"positions: values must lie in [0, {n_positions}) (the rows of cos), "
+                             f"found [{lo}, {hi}]")
+
+
+def _check_tensor(x, name, layout):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: dtype {x.dtype} is not a floating type {FLOAT_DTYPES}")
+    if x.dim() != 4:
+        dims = "(B, T, H, D)" if layout == "bthd" else "(B, H, T, D)"
+        raise ValueError(f"{name}: must be 4-D {dims} for layout={layout!r}, got {tuple(x.shape)}")
+
+
+def _as_bthd(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """A (B, T, H, D) view of the same memory: kernels index through strides, so no copy."""
+    return x.transpose(1, 2) if layout == "bhtd" else x
