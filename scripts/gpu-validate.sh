@@ -9,7 +9,15 @@
 #   env       results/ENVIRONMENT.md: where those outputs came from
 #   fresh     scripts/check_fresh_outputs.py: no chapter's sources changed after the run that
 #             made its stored outputs (needs the git history; it fails, not passes, without it)
-# STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh
+# and two that run only when asked for in STEPS:
+#   host      scripts/host_before_after.py $BASELINE: host time per call, an older ropetut/ in
+#             $BASELINE against this one, taking turns (git archive <ref> ropetut | tar -x -C DIR)
+#   triton371 the test suite again under Triton 3.7.1 (requirements.txt's pin), staged into
+#             /tmp/triton371 by scripts/triton-install.sh (four calls, see there). The machine's
+#             torch 2.11 is built for Triton 3.6, so torch.compile tests may fail there for
+#             reasons outside ropetut: compare with the tests step's counts.
+# STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh; CHAPTERS
+# (paths) limits the chapters and nbval steps to those notebooks.
 # Wheels in .whl/ (e.g. liger-kernel, packaging) are installed into /tmp/site first. CuTeDSL, for
 # impl="cute" and the appendix, is optional: on a machine without network, stage it into /tmp/site
 # first with scripts/cute-install.sh (three calls, see there); without it, its tests and cells skip.
@@ -42,6 +50,7 @@ failed=()
 step() {  # step NAME COMMAND...: run it if NAME is in STEPS, then print one summary line
   local name=$1; shift
   [[ " $STEPS " == *" $name "* ]] || return 0
+  python3 -c 'import triton; print("   (triton", triton.__version__ + ")")'
   echo "== $name: $*"
   local start=$SECONDS
   if "$@"; then
@@ -52,7 +61,8 @@ step() {  # step NAME COMMAND...: run it if NAME is in STEPS, then print one sum
   fi
 }
 
-nbval_args=(-q --nbval chapters/ -p no:cacheprovider --nbval-cell-timeout 120)
+read -r -a chapters <<< "${CHAPTERS:-chapters/}"
+nbval_args=(-q --nbval "${chapters[@]}" -p no:cacheprovider --nbval-cell-timeout 120)
 if [[ -f chapters/nbval_sanitize.cfg ]]; then
   nbval_args+=(--nbval-sanitize-with chapters/nbval_sanitize.cfg)
 fi
@@ -80,11 +90,14 @@ EOF
 }
 
 step check python3 -m ropetut check
-step chapters python3 scripts/execute_chapters.py
+# shellcheck disable=SC2086
+step chapters python3 scripts/execute_chapters.py ${CHAPTERS:-}
 # nbval re-executes the chapters: their verdicts go to a scratch folder, so the ledger page is
 # compared with the verdicts of the run that stored the outputs, not with this re-run's timings
 ROPETUT_LEDGER_DIR="$(mktemp -d)" step nbval python3 -m pytest "${nbval_args[@]}"
 step tests python3 -m pytest -q tests/ -p no:cacheprovider
+step host python3 scripts/host_before_after.py "${BASELINE:-.baseline}"
+PYTHONPATH="/tmp/triton371:$PYTHONPATH" step triton371 python3 -m pytest -q tests/ -p no:cacheprovider
 step bench python3 -m ropetut bench --quick --json results/bench_h100.json --plot book/_static/headline.png
 probe() { mkdir -p results && python3 scripts/probe_tiles.py | tee results/probe_h100.txt; }
 step probe probe

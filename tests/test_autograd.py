@@ -1,4 +1,5 @@
-"""apply_rope's backward: gradcheck in float64, and agreement with autograd through the reference."""
+"""apply_rope's backward: gradcheck and gradgradcheck in float64, agreement with autograd through
+the reference, and torch's rules for in place (version counters, refusals before any write)."""
 import pytest
 import torch
 from conftest import gpu_only, randn, tables
@@ -43,6 +44,27 @@ def _inputs(layout="bthd", dtype=torch.float64):
 def test_gradcheck_float64(option):
     q, k = _inputs(OPTIONS[option].get("layout", "bthd"))
     assert torch.autograd.gradcheck(_rope_fn(OPTIONS[option]), (q, k))
+
+
+@pytest.mark.parametrize("option", OPTIONS)
+def test_gradgradcheck_float64(option):
+    """The backward is a turn by -theta through the same Function, so it is differentiable: the
+    second derivative (a turn by +theta) is checked against finite differences."""
+    q, k = _inputs(OPTIONS[option].get("layout", "bthd"))
+    assert torch.autograd.gradgradcheck(_rope_fn(OPTIONS[option]), (q, k))
+
+
+def test_second_derivative_of_a_rotation():
+    """d/dq of <w, d/dq <g, R q>> = d/dq <w, R^T g>: zero in q, so the double backward's gradient
+    with respect to the output gradient g is R w, not the 1s of a non-differentiable backward."""
+    q = randn(1, 2, 1, 4, dtype=torch.float64).requires_grad_()
+    g = randn(1, 2, 1, 4, dtype=torch.float64).requires_grad_()
+    w = randn(1, 2, 1, 4, dtype=torch.float64)
+    cos, sin = tables(4, 2, dtype=torch.float64)
+    (dq,) = torch.autograd.grad(ropetut.apply_rope(q, cos=cos, sin=sin), q, g, create_graph=True)
+    assert dq.requires_grad
+    (dg,) = torch.autograd.grad((dq * w).sum(), g)
+    assert relative_error(dg, rope_reference(w, cos, sin)) <= 1e-12
 
 
 def test_gradcheck_q_only():
@@ -127,3 +149,66 @@ def test_output_gradients_laid_out_unlike_the_outputs(layout):
                    for x, w in zip((q_ref, k_ref), (w_q, w_k)))
     for got, expected in zip(grads, torch.autograd.grad(ref_loss, (q_ref, k_ref))):
         assert relative_error(got, expected) <= 1e-6
+
+
+def test_in_place_without_grad_bumps_the_version_counter():
+    """A graph that saved q before an in-place rotation must refuse to use it, as torch does for
+    its own in-place ops (the issue's example: w.grad would silently be the rotated q)."""
+    q = randn(1, 4, 2, 8)
+    cos, sin = tables(8, 4)
+    w = torch.ones_like(q, requires_grad=True)
+    y = (w * q).sum()                           # saves q for w's gradient
+    version = q._version
+    ropetut.apply_rope(q, None, cos, sin, inplace=True)
+    assert q._version > version
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_in_place_with_grad_marks_q_and_k_dirty():
+    x = randn(1, 4, 3, 8).requires_grad_()
+    cos, sin = tables(8, 4)
+    q, k = x[:, :, :2] * 1.0, x[:, :, 2:] * 1.0
+    saved = q.sin() + k.sin()                   # saves q and k
+    ropetut.apply_rope(q, k, cos, sin, inplace=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.sum().backward()
+
+
+def _leaf(x):
+    return x.requires_grad_()
+
+
+def _view_of_leaf(x):
+    return x.requires_grad_()[:, :, :]
+
+
+def _unbound(x):
+    q, _ = torch.stack([x, x]).requires_grad_().clone().unbind(0)   # a multi-output view
+    return q
+
+
+@pytest.mark.parametrize("make", [_leaf, _view_of_leaf, _unbound])
+@pytest.mark.parametrize("which", ["q", "k"])
+def test_in_place_that_autograd_refuses_is_refused_before_any_write(make, which):
+    """Autograd checks an in-place write after it happened; ropetut checks first. A refused call
+    leaves q and k as they were, so catching the error and retrying rotates once, not twice."""
+    cos, sin = tables(8, 4)
+    q, k = randn(1, 4, 2, 8), randn(1, 4, 1, 8)
+    q, k = (make(q), k * 1.0) if which == "q" else (q * 1.0, make(k))
+    before = q.detach().clone(), k.detach().clone()
+    with pytest.raises(ValueError, match=f"^{which}: in place"):
+        ropetut.apply_rope(q, k, cos, sin, inplace=True)
+    assert torch.equal(q.detach(), before[0]) and torch.equal(k.detach(), before[1])
+
+
+def test_in_place_with_grad_matches_out_of_place():
+    cos, sin = tables(8, 4)
+    x = randn(1, 4, 3, 8).requires_grad_()
+    w = randn(1, 4, 3, 8)
+    grads = []
+    for inplace in (False, True):
+        q, k = x[:, :, :2] * 1.0, x[:, :, 2:] * 1.0
+        q, k = ropetut.apply_rope(q, k, cos, sin, inplace=inplace)
+        grads.append(torch.autograd.grad((torch.cat([q, k], 2) * w).sum(), x)[0])
+    assert torch.equal(grads[0], grads[1])

@@ -1,4 +1,5 @@
-"""Every kernel version against the float64 reference, into NaN-poisoned outputs."""
+"""The kernel registry, and every kernel version against the float64 reference, into NaN-poisoned
+outputs."""
 import pytest
 import torch
 from conftest import gpu_only, randn, tables
@@ -120,3 +121,79 @@ def test_tile_sizes_cover_heads_then_tokens():
     assert tile_sizes(T=4096, H=32, half=64) == (1, 32, 64)
     assert tile_sizes(T=4096, H=8, half=64) == (4, 8, 64)
     assert tile_sizes(T=3, H=3, half=48) == (4, 4, 64)
+
+
+def _asks(kernel, D=16):
+    """One call per thing a kernel may lack: (argument, apply_rope's keywords, supported?)."""
+    can = kernel.supports
+    pos = torch.tensor([3, 1, 0, 2], device=ropetut.DEVICE)
+    return [("interleaved", dict(interleaved=True), "interleaved" in can.pairs),
+            ("interleaved", dict(interleaved=False), "half" in can.pairs),
+            ("positions", dict(positions=pos), can.positions),
+            ("rotary_dim", dict(rotary_dim=D // 2), can.partial),
+            ("inplace", dict(inplace=True), can.inplace),
+            ("q", dict(dtype=torch.float64), torch.float64 in can.dtypes)]
+
+
+@pytest.mark.parametrize("impl", ropetut.IMPLS)
+def test_each_kernel_does_what_its_supports_record_says_and_refuses_the_rest(impl):
+    """The registry is the one place a kernel's capabilities are declared: what it claims runs and
+    matches the reference; what it doesn't is refused, naming the argument, before any write."""
+    kernel = KERNELS[impl]
+    for argument, asked, supported in _asks(kernel):
+        asked = dict(asked)
+        dtype = asked.pop("dtype", torch.float32)
+        if "interleaved" not in asked:
+            asked["interleaved"] = not kernel.half_split
+        R = asked.get("rotary_dim", 16)
+        cos, sin = tables(16, 4, rotary_dim=R, dtype=dtype)
+        q, k = randn(1, 4, 2, 16, dtype=dtype), randn(1, 4, 1, 16, dtype=dtype)
+        before = q.clone(), k.clone()
+        if not supported:
+            with pytest.raises((ValueError, TypeError), match=f"^{argument}: impl='{impl}'"):
+                ropetut.apply_rope(q, k, cos, sin, impl=impl, **asked)
+            assert torch.equal(q, before[0]) and torch.equal(k, before[1])
+            continue
+        ref = [rope_reference(x, cos, sin, **{n: v for n, v in asked.items() if n != "inplace"})
+               for x in before]
+        q_out, k_out = ropetut.apply_rope(q, k, cos, sin, impl=impl, **asked)
+        assert max(relative_error(q_out, ref[0]), relative_error(k_out, ref[1])) <= TOLERANCE[dtype]
+
+
+def test_every_kernel_is_registered_once_with_one_signature():
+    import inspect
+    assert set(ropetut.IMPLS) | set(ropetut.OPTIONAL_IMPLS) == set(KERNELS)
+    for name, kernel in KERNELS.items():
+        assert kernel.name == name
+        params = list(inspect.signature(kernel.launch).parameters)
+        assert params == ["q", "k", "cos", "sin", "q_out", "k_out", "positions", "interleaved",
+                          "rotary_dim", "backward", "prepared"], name
+
+
+# The Triton releases whose launcher the cached launch in kernels/final.py was checked against
+# (tests on the H100 under both; see CHANGELOG.md). A new release fails here until it is checked.
+TRITONS_CHECKED = ("3.6.0", "3.7.1")
+
+
+def test_triton_launches_a_compiled_kernel_as_final_does():
+    """final's cached launch calls Triton's private ``CompiledKernel.run`` as ``JITFunction.run``
+    does. Nothing compiles under the interpreter, so this pins a proxy: the installed Triton is
+    one the call was checked against, and its ``JITFunction.run`` still makes that call (read
+    from triton/runtime/jit.py). Where it doesn't, final falls back to ``kernel[grid](...)``."""
+    import triton
+
+    from ropetut.kernels import final
+    assert triton.__version__ in TRITONS_CHECKED, (
+        f"triton {triton.__version__}: check final's cached launch on a GPU, then add it")
+    assert final.direct_launch_matches()
+
+
+@gpu_only
+def test_final_falls_back_to_the_public_launch_when_triton_changed(monkeypatch):
+    from ropetut.kernels import final
+    monkeypatch.setattr(final, "direct_launch_matches", lambda: False)
+    final._LAUNCHES.clear()
+    for _ in range(2):   # the second call would be a cached launch
+        err = check_case("final", B=2, T=33, HQ=4, HK=2, D=64, dtype=torch.float32)
+        assert err <= TOLERANCE[torch.float32]
+    assert not final._LAUNCHES

@@ -197,3 +197,52 @@ def test_fast_launch_tells_apart_what_the_kernel_is_specialized_on():
             out = ropetut.apply_rope(x, cos=cos, sin=sin)
             tol = 1e-3 if x.dtype == torch.half else 2e-6
             assert relative_error(out, rope_reference(x, cos, sin)) <= tol, name
+
+
+@pytest.mark.parametrize("op", ["rope", "rope_"])
+@pytest.mark.parametrize("bad, error, argument", [
+    (dict(rotary_dim=2 * D), ValueError, "rotary_dim"),       # would write D elements past each row
+    (dict(impl="v9"), ValueError, "impl"),
+    (dict(impl="v2", interleaved=True), ValueError, "interleaved"),
+    (dict(positions="short"), ValueError, "positions"),
+    (dict(cos="narrow"), ValueError, "cos"),
+])
+def test_operators_validate_and_never_write_outside_their_tensors(op, bad, error, argument):
+    """Called directly, the registered operators check their arguments as apply_rope does, before
+    writing: q and k are views into one buffer, and nothing in it changes."""
+    buffer = randn(B * T * (HQ + HK) * D * 2)
+    q = buffer[:B * T * HQ * D].view(B, T, HQ, D)
+    k = buffer[B * T * HQ * D:B * T * (HQ + HK) * D].view(B, T, HK, D)
+    cos, sin = tables(D, 8)
+    opts = dict(positions=None, interleaved=False, rotary_dim=D, impl="final") | bad
+    if opts["positions"] == "short":
+        opts["positions"] = torch.zeros(T - 1, dtype=torch.long, device=ropetut.DEVICE)
+    if bad.get("cos") == "narrow":
+        cos, sin = cos[:, :-1], sin[:, :-1]
+        opts.pop("cos")
+    before = buffer.clone()
+    args = (q, k, cos, sin, opts["positions"], opts["interleaved"], opts["rotary_dim"])
+    with pytest.raises(error, match=f"^{argument}"):
+        if op == "rope":
+            torch.ops.ropetut.rope(*args, False, opts["impl"], False)
+        else:
+            torch.ops.ropetut.rope_(*args, opts["impl"], False)
+    assert torch.equal(buffer, before)
+
+
+def test_in_place_operator_refuses_overlap():
+    q = randn(B, T, 1, D).expand(B, T, HQ, D)
+    cos, sin = tables(D, 8)
+    with pytest.raises(ValueError, match="^q: in place"):
+        torch.ops.ropetut.rope_(q, None, cos, sin, None, False, D, "final", False)
+
+
+def test_operator_gradgradcheck_float64():
+    """The operator's backward is the operator turning the other way: differentiable again."""
+    cos, sin = tables(D, 8, dtype=torch.float64)
+    q = randn(1, 3, 2, D, dtype=torch.float64).requires_grad_()
+    k = randn(1, 3, 1, D, dtype=torch.float64).requires_grad_()
+
+    def f(q, k):
+        return torch.ops.ropetut.rope(q, k, cos, sin, None, False, D, False, "final", False)
+    assert torch.autograd.gradgradcheck(f, (q, k))

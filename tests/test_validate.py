@@ -1,4 +1,5 @@
-"""Bad inputs raise a clear error naming the argument, and leave every input untouched."""
+"""Bad inputs raise a clear error naming the argument, and leave every input untouched; in place
+refuses memory it would write twice; empty tensors give empty outputs."""
 import pytest
 import torch
 from conftest import randn, tables
@@ -107,3 +108,84 @@ def test_bhtd_outputs_keep_shape_and_strides():
     q = a["q"].transpose(1, 2).contiguous()                 # a real (B, H, T, D) tensor
     out = ropetut.apply_rope(q, cos=a["cos"], sin=a["sin"], layout="bhtd")
     assert out.shape == q.shape and out.stride() == q.stride()
+
+
+def _in_place_refused(q, k, argument):
+    cos, sin = tables(q.shape[-1], q.shape[1])
+    backing = [t._base if t._base is not None else t for t in (q, k) if t is not None]
+    before = [t.clone() for t in backing]
+    with pytest.raises(ValueError, match=f"^{argument}: in place"):
+        ropetut.apply_rope(q, k, cos, sin, inplace=True)
+    assert all(torch.equal(t, b) for t, b in zip(backing, before))
+
+
+def test_in_place_refuses_a_q_whose_elements_share_memory():
+    """torch's in-place ops refuse an expand()ed tensor: each write would land on several elements."""
+    _in_place_refused(randn(B, T, 1, D).expand(B, T, H, D), None, "q")
+    buffer = randn(B * T * H * D)
+    overlapping = buffer.as_strided((B, T, H, D), (T * H * D, H * D, D // 2, 1))   # rows overlap
+    _in_place_refused(overlapping, None, "q")
+
+
+@pytest.mark.parametrize("shift", [0, 1, D // 2, H * D - 1])
+def test_in_place_refuses_q_and_k_that_share_memory(shift):
+    """Not only the same start: any shared element, here with k starting `shift` elements in."""
+    buffer = randn(B * T * H * D + shift)
+    q = buffer[:B * T * H * D].view(B, T, H, D)
+    k = buffer[shift:shift + B * T * H * D].view(B, T, H, D)
+    _in_place_refused(q, k, "k")
+
+
+@pytest.mark.parametrize("hk", [1, 2])
+@pytest.mark.parametrize("layout", ["bthd", "bhtd"])
+def test_in_place_takes_views_of_one_projection(hk, layout):
+    """q and k side by side in each row of a fused projection interleave in memory but share no
+    element: accepted, and each rotated once."""
+    cos, sin = tables(D, T)
+    qkv = randn(B, T, H + 2 * hk, D)
+    q, k = qkv[:, :, :H], qkv[:, :, H:H + hk]
+    if layout == "bhtd":
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+    expected = [rope_reference(x, cos, sin, layout=layout) for x in (q, k)]
+    v_before = qkv[:, :, H + hk:].clone()
+    ropetut.apply_rope(q, k, cos, sin, inplace=True, layout=layout)
+    assert relative_error(q, expected[0]) <= 2e-6 and relative_error(k, expected[1]) <= 2e-6
+    assert torch.equal(qkv[:, :, H + hk:], v_before)
+
+
+@pytest.mark.parametrize("shape_q, shape_k", [
+    ((B, 0, H, D), (B, 0, 2, D)),      # no tokens
+    ((0, T, H, D), (0, T, 2, D)),      # no batch
+    ((B, T, 0, D), (B, T, 0, D)),      # no heads
+    ((B, T, 0, D), (B, T, 2, D)),      # no q heads (0 is a multiple of 2): k alone turns
+    ((B, T, H, D), (B, T, 0, D)),      # no k heads: q alone turns
+])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_empty_tensors_give_empty_outputs(shape_q, shape_k, inplace):
+    cos, sin = tables(D, T)
+    if shape_k[2] == 0 and shape_q[2]:
+        with pytest.raises(ValueError, match="^k:"):   # GQA: q's heads a multiple of k's 0
+            ropetut.apply_rope(randn(*shape_q), randn(*shape_k), cos, sin)
+        return
+    positions = torch.zeros(shape_q[0], shape_q[1], dtype=torch.long, device=ropetut.DEVICE)
+    for pos in (None, positions):
+        q, k = randn(*shape_q), randn(*shape_k)
+        expected = rope_reference(k, cos, sin, positions=pos)
+        q_out, k_out = ropetut.apply_rope(q, k, cos, sin, positions=pos, inplace=inplace)
+        assert q_out.shape == shape_q and k_out.shape == shape_k
+        assert k.numel() == 0 or relative_error(k_out, expected) <= 2e-6
+    if not inplace:
+        q, k = randn(*shape_q).requires_grad_(), randn(*shape_k).requires_grad_()
+        q_out, k_out = ropetut.apply_rope(q, k, cos, sin)
+        grads = torch.autograd.grad((q_out.sum() + k_out.sum()), (q, k))
+        assert grads[0].shape == shape_q and grads[1].shape == shape_k
+
+
+def test_tables_that_require_grad_are_refused():
+    """ropetut computes no gradient for cos and sin: it says so rather than returning none."""
+    a = _good()
+    cos = a["cos"].clone().requires_grad_()
+    with pytest.raises(ValueError, match="^cos: requires grad"):
+        ropetut.apply_rope(a["q"], a["k"], cos, a["sin"])
+    with torch.no_grad():                          # nothing to differentiate: accepted
+        ropetut.apply_rope(a["q"], a["k"], cos, a["sin"])

@@ -84,6 +84,8 @@ def _launch_final(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotar
                       rotary_dim=rotary_dim, backward=backward, key=prepared)
 
 
+FLOAT32_MATH = (torch.float32, torch.float16, torch.bfloat16)   # kernels that compute in fp32
+
 CUTE_INSTALL = ("pip install 'nvidia-cutlass-dsl[cu13]' apache-tvm-ffi for a CUDA 13 driver, "
                 "pip install nvidia-cutlass-dsl apache-tvm-ffi for CUDA 12")
 CUTE_VECTOR_BYTES = 16
@@ -113,14 +115,13 @@ KERNELS = {
     "v1": Kernel("v1", _one_tensor_at_a_time(rope_v1), Supports(pairs=("interleaved",))),
     "v2": Kernel("v2", _one_tensor_at_a_time(rope_v2), Supports()),
     "v3": Kernel("v3", _one_tensor_at_a_time(rope_v3), Supports()),
-    "v4": Kernel("v4", _launch_v4, Supports()),
+    "v4": Kernel("v4", _launch_v4, Supports(dtypes=FLOAT32_MATH)),      # widens to fp32, always
     "final": Kernel("final", _launch_final,
                     Supports(pairs=("half", "interleaved"), positions=True, partial=True,
                              inplace=True),
                     prepare_backward=_final_prepare_backward),
     "cute": Kernel("cute", _launch_cute,
-                   Supports(positions=True, inplace=True,
-                            dtypes=(torch.float32, torch.float16, torch.bfloat16),
+                   Supports(positions=True, inplace=True, dtypes=FLOAT32_MATH,
                             vector_bytes=CUTE_VECTOR_BYTES, max_elements=2**31),
                    needs="nvidia-cutlass-dsl"),
 }
