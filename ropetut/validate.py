@@ -152,7 +152,7 @@ def rows_fit_vectors(t: torch.Tensor, vector_bytes: int, *, check_pointer: bool 
 def _check_vector_rows(impl, vector_bytes, q, k, cos, sin):
     # (torch.compile traces fake tensors, which have no address: the kernel's caller copies a
     # misaligned tensor at run time instead)
-    check_pointer = not torch.compiler.is_compiling()
+    check_pointer = _has_memory(q)
     for name, t in (("cos", cos), ("sin", sin)):
         if check_pointer and t.data_ptr() % vector_bytes:
             raise ValueError(f"{name}: impl={impl!r} needs a {vector_bytes}-byte aligned table; "
