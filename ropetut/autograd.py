@@ -12,9 +12,9 @@ captured in a CUDA graph. ``check_positions=True`` is the one exception, and say
 """
 import torch
 
-from .kernels import get_kernel, rotate, unavailable
+from .kernels import RopeOptions, rotate
 from .op import rope_traced
-from .validate import RopeOptions, check_autograd_allows_inplace, check_rope_args
+from .validate import check_rope_args
 
 EARLY_GRADS_BYTES = 2**20    # RopeFunction allocates input gradients in its forward up to this size
 
@@ -85,39 +85,37 @@ def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=Fal
        A position outside [0, n_positions) is never read past: that token's output is NaN.
     interleaved: pairs (x[2i], x[2i+1]) (GPT-J) instead of (x[i], x[i + rotary_dim/2]) (NeoX).
     rotary_dim: rotate only the first rotary_dim dims (default D); the rest pass through.
-    inplace: overwrite q and k instead of allocating outputs.
-    impl: "final" (default) or one of the teaching versions "v1".."v4", which refuse what they
-       can't do: v1 has only interleaved pairs, v2-v4 only half-split ones, and none of them
-       takes positions, rotary_dim or inplace. "cute": the CuTeDSL kernel (appendix), which
-       needs nvidia-cutlass-dsl and a GPU, and takes half-split pairs, positions and inplace in
-       fp32, fp16 and bf16, with rows it can read 16 bytes at a time.
+    inplace: overwrite q and k instead of allocating outputs. As torch's own in-place ops: q's
+       and k's version counters are bumped, and memory written twice (an expand()ed q, a k that
+       shares elements with q) or a write autograd could not record (a leaf that requires
+       grad, a view from unbind) is refused, before anything is written.
+    impl: "final" (default), one of the teaching versions "v1".."v4", or "cute" (the appendix's
+       CuTeDSL kernel: needs nvidia-cutlass-dsl and a GPU). What each can do is its ``Supports``
+       record in ``ropetut.kernels.KERNELS``; the rest is refused, naming the argument.
     check_positions: raise ValueError, before anything is written, if a position is outside the
        table. It reads positions on the host, so it waits for the GPU and cannot run inside a
        CUDA graph capture: a debugging aid, off by default.
-    Returns (q_out, k_out), or q_out alone when k is None, shaped and laid out like the inputs.
+    Returns (q_out, k_out), or q_out alone when k is None, shaped and laid out like the inputs;
+    empty inputs give empty outputs. Differentiable to any order in q and k; cos and sin get no
+    gradient, so tables that require one are refused.
     """
     if cos is None or sin is None:
         raise TypeError("cos, sin: both tables are required (see ropetut.rope_tables)")
-    kernel = get_kernel(impl)
-    if kernel.needs and not torch.compiler.is_compiling() and unavailable(impl):
-        raise RuntimeError(unavailable(impl))
-    q4, k4, options = check_rope_args(q, k, cos, sin, positions, kernel=kernel,
+    wants_grad = torch.is_grad_enabled() and (getattr(q, "requires_grad", False)
+                                              or getattr(k, "requires_grad", False))
+    q4, k4, options = check_rope_args(q, k, cos, sin, positions, kernel=impl,
                                       rotary_dim=rotary_dim, interleaved=interleaved,
                                       inplace=inplace, layout=layout,
-                                      check_positions=check_positions)
-    wants_grad = torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
+                                      check_positions=check_positions, wants_grad=wants_grad)
     if torch.compiler.is_compiling():   # (in place: the traced graph's copy_ checks as torch does)
         q_out, k_out = rope_traced(q4, k4, options, wants_grad)
     elif not wants_grad:
         q_out, k_out = rotate(q4, k4, options)
     elif inplace and k is not None:
-        _check_autograd_allows_inplace(q, k)
         # Autograd lets a Function that writes into a view return one tensor only, and q and k
         # are often views (of one projection): one call each.
         q_out, k_out = RopeFunction.apply(q4, None, options), RopeFunction.apply(k4, None, options)
     elif k is None:
-        if inplace:
-            _check_autograd_allows_inplace(q, k)
         q_out, k_out = RopeFunction.apply(q4, None, options), None
     else:
         q_out, k_out = RopeFunction.apply(q4, k4, options)
@@ -126,9 +124,3 @@ def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=Fal
         k_out = None if k_out is None else k_out.transpose(1, 2)
     return q_out if k is None else (q_out, k_out)
 
-
-def _check_autograd_allows_inplace(q, k):
-    """Autograd's own refusals of an in-place write, raised before the kernel writes anything."""
-    for name, t in (("q", q), ("k", k)):
-        if t is not None and t.requires_grad:
-            check_autograd_allows_inplace(t, name)

@@ -7,40 +7,36 @@ before anything is written, so a refused call leaves q and k as they were. It ha
 
 It never reads a tensor's values, so it never waits for the GPU: a call can be captured in a
 CUDA graph and traced by ``torch.compile``. The one check that needs values, positions inside
-the table, is ``check_positions_in_range``: opt-in, because it syncs. Without it the kernel
-keeps every read inside the table and writes NaN for a token whose position is out of range.
+the table, is ``check_positions_in_range``: opt-in (``check_positions=True``), because it syncs.
+Without it the kernel keeps every read inside the table and writes NaN for a token whose
+position is out of range.
 
 In place, the rules are torch's own: no element of q or k may share memory with another
 element that is written (``check_no_overlap``), and autograd must be able to record the write
 (``check_autograd_allows_inplace``); both are checked here, before the kernel writes.
-"""
-from typing import NamedTuple
 
+What each kernel can do is read from the registry below (``ropetut.kernels``): its ``Supports``.
+"""
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
+from .kernels import FLOAT_DTYPES, RopeOptions, get_kernel, rows_fit_vectors, unavailable
 from .runtime import DEVICE, INTERPRETED
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 LAYOUTS = ("bthd", "bhtd")
 
 
-class RopeOptions(NamedTuple):
-    """How to turn q and k: everything a launch needs but the tensors themselves."""
-    cos: torch.Tensor                # (n_positions, rotary_dim/2), contiguous
-    sin: torch.Tensor
-    positions: torch.Tensor | None   # (B, T) view (stride 0 over B when given as (T,))
-    interleaved: bool
-    rotary_dim: int
-    inplace: bool
-    kernel: object                   # the ``ropetut.kernels.Kernel`` that runs it
-    check_positions: bool = False
-    backward: bool = False           # turn by -theta (the gradient of a turn by theta)
-
-
 def check_rope_args(q, k, cos, sin, positions=None, *, kernel, rotary_dim=None,
-                    interleaved=False, inplace=False, layout="bthd", check_positions=False):
-    """Validate everything; returns (q, k, options) with q, k as (B, T, H, D) views."""
+                    interleaved=False, inplace=False, layout="bthd", check_positions=False,
+                    wants_grad=False):
+    """Validate everything; returns (q, k, options) with q, k as (B, T, H, D) views.
+
+    kernel: a registry entry (``ropetut.kernels.KERNELS[impl]``) or its name, ``impl``.
+    wants_grad: autograd will record this call (in place, its refusals are checked here)."""
+    if isinstance(kernel, str):
+        kernel = get_kernel(kernel)
+    if kernel.needs and not torch.compiler.is_compiling() and unavailable(kernel.name):
+        raise RuntimeError(unavailable(kernel.name))
     if layout not in LAYOUTS:
         raise ValueError(f"layout: must be one of {LAYOUTS}, got {layout!r}")
     for name, flag in (("interleaved", interleaved), ("inplace", inplace),
@@ -105,10 +101,16 @@ def check_rope_args(q, k, cos, sin, positions=None, *, kernel, rotary_dim=None,
         mode = "Triton's interpreter (no CUDA device)" if INTERPRETED else "compiled GPU kernels"
         raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors, got {device}")
     cos, sin = cos.contiguous(), sin.contiguous()
-    check_supports(kernel, q4, k4, cos, sin, positions, interleaved=interleaved,
-                   rotary_dim=rotary_dim, inplace=inplace)
     if inplace:
         check_no_overlap(q4, k4)
+    if inplace and wants_grad and _has_memory(q):   # (traced: the graph's copy_ checks instead)
+        for name, t in (("q", q), ("k", k)):
+            if t is not None and t.requires_grad:
+                check_autograd_allows_inplace(t, name)
+    if check_positions and positions is not None and _has_memory(positions):
+        check_positions_in_range(positions, n_positions)
+    check_supports(kernel, q4, k4, cos, sin, positions, interleaved=interleaved,
+                   rotary_dim=rotary_dim, inplace=inplace)
     options = RopeOptions(cos, sin, None if positions is None else positions.expand(B, T),
                           interleaved, rotary_dim, inplace, kernel, check_positions)
     return q4, k4, options
@@ -138,15 +140,6 @@ def check_supports(kernel, q, k, cos, sin, positions, *, interleaved, rotary_dim
                                  f"has {t.numel()} elements{use}")
     if can.vector_bytes:
         _check_vector_rows(impl, can.vector_bytes, q, k, cos, sin)
-
-
-def rows_fit_vectors(t: torch.Tensor, vector_bytes: int, *, check_pointer: bool = True) -> bool:
-    """Can a kernel read t's rows ``vector_bytes`` at a time? Unit stride in D, every other stride
-    a whole number of vectors, and (unless check_pointer=False: torch.compile's fake tensors have
-    no address) a start aligned to the vector."""
-    vec = vector_bytes // t.element_size()
-    return (t.stride(-1) == 1 and all(s % vec == 0 for s in t.stride()[:-1])
-            and (not check_pointer or t.data_ptr() % vector_bytes == 0))
 
 
 def _check_vector_rows(impl, vector_bytes, q, k, cos, sin):

@@ -11,7 +11,7 @@ import ropetut
 from ropetut import apply_rope
 from ropetut.check import TOLERANCE, check_case, relative_error
 from ropetut.kernels import KERNELS, unavailable
-from ropetut.validate import check_rope_args
+from ropetut.validate import check_rope_args, check_supports
 from ropetut.reference import rope_reference
 
 needs_cute = pytest.mark.skipif(unavailable("cute") is not None, reason=str(unavailable("cute")))
@@ -21,8 +21,10 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 def refusal(q, k=None, *, dtype_tables=torch.float32, rotary_dim=None, interleaved=False, n=8):
     D = q.shape[-1]
     cos, sin = tables(D, n, rotary_dim=rotary_dim, dtype=dtype_tables)
-    check_rope_args(q, k, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved,
-                    kernel=KERNELS["cute"])
+    q4, k4, o = check_rope_args(q, k, cos, sin, rotary_dim=rotary_dim, interleaved=interleaved,
+                                kernel="final")     # what every kernel needs; then cute's record:
+    check_supports(KERNELS["cute"], q4, k4, o.cos, o.sin, None, interleaved=interleaved,
+                   rotary_dim=o.rotary_dim, inplace=False)
 
 
 @pytest.mark.parametrize("case, error, names", [

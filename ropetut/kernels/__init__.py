@@ -15,21 +15,46 @@ Every launcher is called on validated (B, T, H, D) views, and writes q_out and k
     backward: turn by -theta.  prepared: what ``prepare_backward`` returned in the forward, or None.
 
 This file imports without CuTeDSL: the ``cute`` launcher imports its module when first called.
+It sits below ``ropetut.validate``, which reads the ``Supports`` records to check arguments.
 """
 from dataclasses import dataclass
 from functools import cache
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
 from ..runtime import on_gpu
-from ..validate import FLOAT_DTYPES, RopeOptions, check_positions_in_range, rows_fit_vectors
 from .final import prepare_backward as _final_prepare_backward
 from .final import rope_final
 from .v1 import rope_v1
 from .v2 import rope_v2
 from .v3 import rope_v3
 from .v4 import rope_v4
+
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class RopeOptions(NamedTuple):
+    """How to turn q and k: everything a launch needs but the tensors themselves."""
+    cos: torch.Tensor                # (n_positions, rotary_dim/2), contiguous
+    sin: torch.Tensor
+    positions: torch.Tensor | None   # (B, T) view (stride 0 over B when given as (T,))
+    interleaved: bool
+    rotary_dim: int
+    inplace: bool
+    kernel: "Kernel"                 # the registry entry that runs it
+    check_positions: bool = False    # (checked by ``validate.check_rope_args``, which reads values)
+    backward: bool = False           # turn by -theta (the gradient of a turn by theta)
+
+
+def rows_fit_vectors(t: torch.Tensor, vector_bytes: int, *, check_pointer: bool = True) -> bool:
+    """Can a kernel read t's rows ``vector_bytes`` at a time? Unit stride in D, every other stride
+    a whole number of vectors, and (unless check_pointer=False: torch.compile's fake tensors have
+    no address) a start aligned to the vector."""
+    vec = vector_bytes // t.element_size()
+    return (t.stride(-1) == 1 and all(s % vec == 0 for s in t.stride()[:-1])
+            and (not check_pointer or t.data_ptr() % vector_bytes == 0))
 
 
 @dataclass(frozen=True)
@@ -154,13 +179,12 @@ def unavailable(impl: str) -> str | None:
 
 def rotate(q, k, options: RopeOptions):
     """Allocate the outputs (none in place), launch ``options.kernel``, return (q_out, k_out).
+    q, k and options come from ``validate.check_rope_args``.
 
     An empty q or k (no tokens, no heads, no batch) launches nothing for it. In place, q's and
     k's version counters are bumped as torch's own in-place ops bump them, so a graph that saved
     them before the write raises instead of computing with the new values."""
-    cos, sin, positions, interleaved, rotary_dim, inplace, kernel, check_positions, backward = options
-    if check_positions and positions is not None:
-        check_positions_in_range(positions, cos.shape[0])
+    cos, sin, positions, interleaved, rotary_dim, inplace, kernel, _, backward = options
     q_out = q if inplace else torch.empty_like(q)
     k_out = None if k is None else (k if inplace else torch.empty_like(k))
     if q.numel() and (k is None or k.numel()):
