@@ -33,9 +33,9 @@ def run_poisoned(impl, q, k, cos, sin, *, positions=None, interleaved=False, rot
                                       layout=layout)
     q_out = torch.full_like(q4, float("nan"))
     k_out = None if k4 is None else torch.full_like(k4, float("nan"))
-    cos, sin, positions, interleaved, rotary_dim = options[:5]
-    options.kernel.launch(q4, k4, cos, sin, q_out, k_out, positions=positions,
-                          interleaved=interleaved, rotary_dim=rotary_dim, backward=backward)
+    options.kernel.launch(q4, k4, options.cos, options.sin, q_out, k_out,
+                          positions=options.positions, interleaved=options.interleaved,
+                          rotary_dim=options.rotary_dim, backward=backward)
     if layout == "bhtd":
         q_out = q_out.transpose(1, 2)
         k_out = None if k_out is None else k_out.transpose(1, 2)

@@ -17,6 +17,8 @@ element that is written (``check_no_overlap``), and autograd must be able to rec
 
 What each kernel can do is read from the registry below (``ropetut.kernels``): its ``Supports``.
 """
+from functools import lru_cache
+
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
@@ -35,7 +37,7 @@ def check_rope_args(q, k, cos, sin, positions=None, *, kernel, rotary_dim=None,
     wants_grad: autograd will record this call (in place, its refusals are checked here)."""
     if isinstance(kernel, str):
         kernel = get_kernel(kernel)
-    if kernel.needs and not torch.compiler.is_compiling() and unavailable(kernel.name):
+    if kernel.why_unavailable and not torch.compiler.is_compiling() and unavailable(kernel.name):
         raise RuntimeError(unavailable(kernel.name))
     if layout not in LAYOUTS:
         raise ValueError(f"layout: must be one of {LAYOUTS}, got {layout!r}")
@@ -57,7 +59,7 @@ def check_rope_args(q, k, cos, sin, positions=None, *, kernel, rotary_dim=None,
         Bk, Tk, Hk, Dk = k4.shape
         if (Bk, Tk, Dk) != (B, T, D):
             raise ValueError(f"k: (batch, seq, head_dim) = {(Bk, Tk, Dk)} must match q's {(B, T, D)}")
-        if (Hk == 0 and Hq) or (Hk and Hq % Hk):
+        if Hk and Hq % Hk:
             raise ValueError(f"k: q's {Hq} heads are not a multiple of k's {Hk} heads (GQA needs Hq % Hkv == 0)")
     if rotary_dim is None:
         rotary_dim = D
@@ -102,15 +104,20 @@ def check_rope_args(q, k, cos, sin, positions=None, *, kernel, rotary_dim=None,
         raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors, got {device}")
     cos, sin = cos.contiguous(), sin.contiguous()
     if inplace:
-        check_no_overlap(q4, k4)
+        check_no_overlap(q4, k4, (("cos", cos), ("sin", sin), ("positions", positions)))
+        for name, t in (("q", q), ("k", k)):   # (a traced graph has no inference tensors)
+            if t is not None and _has_memory(t) and t.is_inference() \
+                    and not torch.is_inference_mode_enabled():
+                raise ValueError(f"{name}: in place on an inference tensor outside "
+                                 f"torch.inference_mode(); torch forbids it: pass inplace=False")
     if inplace and wants_grad and _has_memory(q):   # (traced: the graph's copy_ checks instead)
         for name, t in (("q", q), ("k", k)):
             if t is not None and t.requires_grad:
                 check_autograd_allows_inplace(t, name)
-    if check_positions and positions is not None and _has_memory(positions):
-        check_positions_in_range(positions, n_positions)
     check_supports(kernel, q4, k4, cos, sin, positions, interleaved=interleaved,
                    rotary_dim=rotary_dim, inplace=inplace)
+    if check_positions and positions is not None and _has_memory(positions):
+        check_positions_in_range(positions, n_positions)   # last: it waits for the GPU
     options = RopeOptions(cos, sin, None if positions is None else positions.expand(B, T),
                           interleaved, rotary_dim, inplace, kernel, check_positions)
     return q4, k4, options
@@ -118,28 +125,41 @@ def check_rope_args(q, k, cos, sin, positions=None, *, kernel, rotary_dim=None,
 
 def check_supports(kernel, q, k, cos, sin, positions, *, interleaved, rotary_dim, inplace):
     """What the kernel can't do, refused by argument: reads its ``Supports`` record."""
+    refuse = _refusal.__wrapped__ if torch.compiler.is_compiling() else _refusal   # (traced once)
+    refusal = refuse(kernel, interleaved, positions is not None, inplace,
+                     rotary_dim != q.shape[-1], q.dtype, cos.dtype)
+    if refusal is not None:
+        error, message = refusal
+        raise error(message)
     can, impl = kernel.supports, kernel.name
-    D = q.shape[-1]
-    use = "; use impl='final'"
-    if interleaved and "interleaved" not in can.pairs:
-        raise ValueError(f"interleaved: impl={impl!r} only has half-split pairs{use}")
-    if not interleaved and "half" not in can.pairs:
-        raise ValueError(f"interleaved: impl={impl!r} only has interleaved pairs{use}")
-    for name, asked, supported in (("positions", positions is not None, can.positions),
-                                   ("inplace", inplace, can.inplace),
-                                   ("rotary_dim", rotary_dim != D, can.partial)):
-        if asked and not supported:
-            raise ValueError(f"{name}: impl={impl!r} does not support it{use}")
-    for name, t in (("q", q), ("cos", cos)):
-        if t.dtype not in can.dtypes:
-            raise TypeError(f"{name}: impl={impl!r} takes {can.dtypes}, got {t.dtype}{use}")
-    if can.max_elements is not None:
+    if can.max_elements is not None:   # 32-bit offsets: the furthest element reached counts
         for name, t in (("q", q), ("k", k)):
-            if t is not None and t.numel() >= can.max_elements:
+            if t is not None and _span(t) + 1 >= can.max_elements:
                 raise ValueError(f"{name}: impl={impl!r} indexes with 32-bit integers, and {name} "
-                                 f"has {t.numel()} elements{use}")
+                                 f"reaches {_span(t) + 1} elements; use impl='final'")
     if can.vector_bytes:
         _check_vector_rows(impl, can.vector_bytes, q, k, cos, sin)
+
+
+@lru_cache(maxsize=1024)
+def _refusal(kernel, interleaved, has_positions, inplace, partial, dtype, table_dtype):
+    """(error type, message) for what the kernel's record says it can't do, or None: a pure
+    function of a few flags, so it is computed once per combination (host time)."""
+    can, impl = kernel.supports, kernel.name
+    use = "; use impl='final'"
+    if interleaved and "interleaved" not in can.pairs:
+        return ValueError, f"interleaved: impl={impl!r} only has half-split pairs{use}"
+    if not interleaved and "half" not in can.pairs:
+        return ValueError, f"interleaved: impl={impl!r} only has interleaved pairs{use}"
+    for name, asked, supported in (("positions", has_positions, can.positions),
+                                   ("inplace", inplace, can.inplace),
+                                   ("rotary_dim", partial, can.partial)):
+        if asked and not supported:
+            return ValueError, f"{name}: impl={impl!r} does not support it{use}"
+    for name, t_dtype in (("q", dtype), ("cos", table_dtype)):
+        if t_dtype not in can.dtypes:
+            return TypeError, f"{name}: impl={impl!r} takes {can.dtypes}, got {t_dtype}{use}"
+    return None
 
 
 def _check_vector_rows(impl, vector_bytes, q, k, cos, sin):
@@ -163,54 +183,84 @@ def _check_vector_rows(impl, vector_bytes, q, k, cos, sin):
                              f"or use impl='final'")
 
 
-def check_no_overlap(q: torch.Tensor, k: torch.Tensor | None) -> None:
+def check_no_overlap(q: torch.Tensor, k: torch.Tensor | None, read_only=()) -> None:
     """In place, as torch's own in-place ops: refuse a q or k with elements that share memory
-    (an ``expand()``, an overlapping ``as_strided``), and a q and k that share any element.
-    Views of one fused projection (q, k side by side in each row) interleave without sharing
-    an element, and pass. A layout whose elements can't be proved apart is refused too."""
+    (an ``expand()``, an overlapping ``as_strided``), a q and k that share any element, and a
+    q or k that overlaps what the kernel only reads (``read_only``: (name, tensor) pairs, the
+    tables and positions). Views of one fused projection (q, k side by side in each row)
+    interleave without sharing an element, and pass. Memory is compared by address, so views
+    of one buffer through different storages (``from_dlpack``, ``frombuffer``) are caught too.
+    A layout whose elements can't be proved apart is refused."""
     if not _has_memory(q):   # fake tensors (torch.compile tracing): the traced graph is functional
         return
-    for name, t in (("q", q), ("k", k)):
-        if t is not None and _dims(t) is None:
+    written = [(name, t, _address_range(t)) for name, t in (("q", q), ("k", k))
+               if t is not None and t.numel()]
+    for name, t, _ in written:
+        if not t.is_contiguous() and _dims(t) is None:    # (dense memory never overlaps itself)
             raise ValueError(f"{name}: in place, but some of its elements share memory (strides "
                              f"{t.stride()} for shape {tuple(t.shape)}, e.g. from expand()); "
                              f"pass {name}.contiguous() or inplace=False")
-    if k is None or q.numel() == 0 or k.numel() == 0:
-        return
-    if q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr():
-        return
-    size = q.element_size()
-    q0, k0 = q.data_ptr() // size, k.data_ptr() // size
-    q_span, k_span = _span(q), _span(k)
-    if q0 + q_span < k0 or k0 + k_span < q0:       # disjoint address ranges
-        return
-    if _shares_an_element(_dims(q), _dims(k), k0 - q0):
-        raise ValueError("k: in place, q and k must not share memory (they overlap); "
-                         "pass inplace=False or separate tensors")
+    if len(written) == 2 and _meet(written[0][2], written[1][2]):
+        delta, rem = divmod(k.data_ptr() - q.data_ptr(), q.element_size())
+        if rem or _shares_an_element(_dims(q), _dims(k), delta):
+            raise ValueError("k: in place, q and k must not share memory (they overlap); "
+                             "pass inplace=False or separate tensors")
+    for name, t in read_only:
+        if t is not None and t.numel():
+            span = _address_range(t)
+            if any(_meet(span, x_span) for *_, x_span in written):
+                raise ValueError(f"{name}: in place, q or k shares memory with {name}, which "
+                                 f"the kernel reads while it writes; pass inplace=False")
 
 
 def _has_memory(t):
     """False for the fake tensors a compiler traces with (their data pointers mean nothing)."""
+    if type(t) is torch.Tensor and not torch.compiler.is_compiling():
+        return t.device.type != "meta"
     return not (torch.compiler.is_compiling() or is_fake(t) or t.device.type == "meta")
+
+
+def _address_range(t):
+    """[first byte, past the last byte] of what indexing t reaches (t non-empty)."""
+    start = t.data_ptr()
+    if t.is_contiguous():
+        return start, start + t.nbytes
+    return start, start + (_span_of(tuple(t.shape), t.stride()) + 1) * t.element_size()
+
+
+def _meet(a, b):
+    return a[0] < b[1] and b[0] < a[1]
+
+
+@lru_cache(maxsize=1024)
+def _dims_of(shape, stride):
+    dims = sorted((st, n) for n, st in zip(shape, stride) if n > 1)
+    reach = 0
+    for st, n in dims:
+        if st <= reach:
+            return None
+        reach += (n - 1) * st
+    return tuple((n, st) for st, n in dims)
 
 
 def _dims(t):
     """t's (size, stride) pairs, smallest stride first, without size-1 dims; None unless each
     stride is larger than everything the smaller strides reach (which proves no two elements
     share memory)."""
-    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n > 1)
-    reach = 0
-    for st, n in dims:
-        if st <= reach:
-            return None
-        reach += (n - 1) * st
-    return [(n, st) for st, n in dims]
+    return _dims_of(tuple(t.shape), t.stride())
 
 
 def _span(t):
-    return sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    """The largest element offset from t's data pointer that indexing t reaches."""
+    return _span_of(tuple(t.shape), t.stride())
 
 
+@lru_cache(maxsize=1024)
+def _span_of(shape, stride):
+    return sum((n - 1) * st for n, st in zip(shape, stride))
+
+
+@lru_cache(maxsize=1024)
 def _shares_an_element(q_dims, k_dims, delta):
     """Is an element of q at offset delta from an element of k? Exact: the difference of two
     offsets is sum((i_d - j_d) * stride_d), found a digit at a time from the largest stride.

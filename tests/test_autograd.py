@@ -166,11 +166,20 @@ def test_in_place_without_grad_bumps_the_version_counter():
 
 
 def test_in_place_with_grad_marks_q_and_k_dirty():
+    """After an in-place call with a gradient, the caller's own q and k are the rotated tensors in
+    autograd's eyes (``mark_dirty``): their grad_fn is RoPE's, gradients through them are the
+    rotation's, and a graph that saved them before the write refuses to run."""
     x = randn(1, 4, 3, 8).requires_grad_()
     cos, sin = tables(8, 4)
     q, k = x[:, :, :2] * 1.0, x[:, :, 2:] * 1.0
     saved = q.sin() + k.sin()                   # saves q and k
     ropetut.apply_rope(q, k, cos, sin, inplace=True)
+    assert all(type(t.grad_fn).__name__ == "RopeFunctionBackward" for t in (q, k))
+    w = randn(1, 4, 3, 8)
+    (dx,) = torch.autograd.grad((torch.cat([q, k], 2) * w).sum(), x)    # the caller's q and k
+    expected = torch.cat([rope_reference(w[:, :, :2], cos, sin, inverse=True),
+                          rope_reference(w[:, :, 2:], cos, sin, inverse=True)], 2)
+    assert relative_error(dx, expected) <= 2e-6
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         saved.sum().backward()
 

@@ -160,9 +160,10 @@ def test_each_kernel_does_what_its_supports_record_says_and_refuses_the_rest(imp
         assert max(relative_error(q_out, ref[0]), relative_error(k_out, ref[1])) <= TOLERANCE[dtype]
 
 
-def test_every_kernel_is_registered_once_with_one_signature():
+def test_every_kernel_is_registered_with_one_signature():
     import inspect
-    assert set(ropetut.IMPLS) | set(ropetut.OPTIONAL_IMPLS) == set(KERNELS)
+    assert ropetut.IMPLS == ("v1", "v2", "v3", "v4", "final")   # public names, unchanged
+    assert ropetut.OPTIONAL_IMPLS == ("cute",)
     for name, kernel in KERNELS.items():
         assert kernel.name == name
         params = list(inspect.signature(kernel.launch).parameters)
@@ -186,6 +187,31 @@ def test_triton_launches_a_compiled_kernel_as_final_does():
     assert triton.__version__ in TRITONS_CHECKED, (
         f"triton {triton.__version__}: check final's cached launch on a GPU, then add it")
     assert final.direct_launch_matches()
+
+
+def test_a_changed_triton_launch_call_is_detected(monkeypatch):
+    from ropetut.kernels import final
+    monkeypatch.setattr(final, "TRITON_LAUNCH_CALL", final.TRITON_LAUNCH_CALL.replace(
+        "kernel.packed_metadata, ", ""))
+    final.direct_launch_matches.cache_clear()
+    try:
+        assert not final.direct_launch_matches()
+    finally:
+        final.direct_launch_matches.cache_clear()
+
+
+@pytest.mark.parametrize("matches", [True, False])
+def test_only_a_matching_triton_gets_cached_launches(monkeypatch, matches):
+    """Where the launch call differs, nothing is cached, so every call takes kernel[grid](...).
+    (Under the interpreter nothing compiles: a stand-in compiled kernel is enough to see which.)"""
+    from ropetut.kernels import final
+    monkeypatch.setattr(final, "direct_launch_matches", lambda: matches)
+    monkeypatch.setattr(final, "_first_launch", lambda *a: (object(), (1, 1, 1), ()))
+    monkeypatch.setattr(final, "_LAUNCHES", {})
+    q = randn(1, 4, 2, 16)
+    cos, sin = tables(16, 4)
+    final.rope_final(q, None, cos, sin, torch.empty_like(q), None)
+    assert len(final._LAUNCHES) == (1 if matches else 0)
 
 
 @gpu_only

@@ -163,17 +163,14 @@ def test_in_place_takes_views_of_one_projection(hk, layout):
 @pytest.mark.parametrize("inplace", [False, True])
 def test_empty_tensors_give_empty_outputs(shape_q, shape_k, inplace):
     cos, sin = tables(D, T)
-    if shape_k[2] == 0 and shape_q[2]:
-        with pytest.raises(ValueError, match="^k:"):   # GQA: q's heads a multiple of k's 0
-            ropetut.apply_rope(randn(*shape_q), randn(*shape_k), cos, sin)
-        return
     positions = torch.zeros(shape_q[0], shape_q[1], dtype=torch.long, device=ropetut.DEVICE)
     for pos in (None, positions):
         q, k = randn(*shape_q), randn(*shape_k)
-        expected = rope_reference(k, cos, sin, positions=pos)
+        expected = [rope_reference(x, cos, sin, positions=pos) for x in (q, k)]
         q_out, k_out = ropetut.apply_rope(q, k, cos, sin, positions=pos, inplace=inplace)
         assert q_out.shape == shape_q and k_out.shape == shape_k
-        assert k.numel() == 0 or relative_error(k_out, expected) <= 2e-6
+        for out, ref in zip((q_out, k_out), expected):
+            assert out.numel() == 0 or relative_error(out, ref) <= 2e-6
     if not inplace:
         q, k = randn(*shape_q).requires_grad_(), randn(*shape_k).requires_grad_()
         q_out, k_out = ropetut.apply_rope(q, k, cos, sin)
@@ -189,3 +186,42 @@ def test_tables_that_require_grad_are_refused():
         ropetut.apply_rope(a["q"], a["k"], cos, a["sin"])
     with torch.no_grad():                          # nothing to differentiate: accepted
         ropetut.apply_rope(a["q"], a["k"], cos, a["sin"])
+
+
+def test_in_place_refuses_q_and_k_sharing_memory_through_different_storages():
+    """Views of one buffer made outside torch's view machinery (from_dlpack, frombuffer) have
+    storages of their own: memory is compared by address, not by storage."""
+    buffer = randn(B, T + 1, H, D)
+    q = buffer[:, :-1]
+    k = torch.from_dlpack(buffer[:, 1:])            # tokens 1..T-1 are in both
+    assert q.untyped_storage().data_ptr() != k.untyped_storage().data_ptr()
+    _in_place_refused(q, k, "k")
+
+
+def test_in_place_refuses_a_q_that_overlaps_the_tables():
+    """The kernel reads cos and sin while it writes q: q must not be the tables' memory."""
+    _, sin = tables(D, T)
+    buffer = randn(T * D)
+    q = buffer.view(1, T, 1, D)
+    cos = buffer[:T * D // 2].view(T, D // 2)       # contiguous, inside q's memory
+    before = buffer.clone()
+    with pytest.raises(ValueError, match="^cos: in place"):
+        ropetut.apply_rope(q, None, cos, sin, inplace=True)
+    assert torch.equal(buffer, before)
+
+
+def test_in_place_refuses_an_inference_tensor_outside_inference_mode():
+    cos, sin = tables(D, T)
+    with torch.inference_mode():
+        q = randn(B, T, H, D)
+        ropetut.apply_rope(q, None, cos, sin, inplace=True)   # inside: as torch allows
+    before = q.clone()
+    with pytest.raises(ValueError, match="^q: in place on an inference tensor"):
+        ropetut.apply_rope(q, None, cos, sin, inplace=True)
+    assert torch.equal(q, before)
+
+
+def test_in_place_on_an_empty_expanded_tensor_is_accepted():
+    cos, sin = tables(D, T)
+    q = torch.empty(1, 0, 1, D, device=ropetut.DEVICE).expand(B, 0, H, D)
+    assert ropetut.apply_rope(q, None, cos, sin, inplace=True).shape == (B, 0, H, D)

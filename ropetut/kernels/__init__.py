@@ -70,14 +70,15 @@ class Supports:
     max_elements: int | None = None      # 32-bit offsets: q and k below this many elements
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # one record per kernel: compared (and hashed) by identity
 class Kernel:
     name: str
     launch: Callable
     supports: Supports
     prepare_backward: Callable | None = None   # (q_out, k_out, cos, sin, positions, *,
     #                                            interleaved, rotary_dim) -> ``prepared``
-    needs: str | None = None                   # a package ropetut does not install
+    why_unavailable: Callable | None = None    # () -> why it can't run here, or None: an
+    #                                            optional kernel (needs what ropetut doesn't install)
 
     @property
     def half_split(self) -> bool:
@@ -110,6 +111,17 @@ def _launch_final(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotar
 
 
 FLOAT32_MATH = (torch.float32, torch.float16, torch.bfloat16)   # kernels that compute in fp32
+
+def _cute_unavailable():
+    if not on_gpu():
+        return ("impl='cute' needs a CUDA GPU: CuTeDSL compiles for NVIDIA GPUs only, and this "
+                "machine runs ropetut's kernels through Triton's interpreter")
+    try:
+        from . import cute  # noqa: F401
+    except ImportError as e:
+        return f"impl='cute' needs NVIDIA's CuTeDSL, which does not import ({e}): {CUTE_INSTALL}"
+    return None
+
 
 CUTE_INSTALL = ("pip install 'nvidia-cutlass-dsl[cu13]' apache-tvm-ffi for a CUDA 13 driver, "
                 "pip install nvidia-cutlass-dsl apache-tvm-ffi for CUDA 12")
@@ -148,10 +160,10 @@ KERNELS = {
     "cute": Kernel("cute", _launch_cute,
                    Supports(positions=True, inplace=True, dtypes=FLOAT32_MATH,
                             vector_bytes=CUTE_VECTOR_BYTES, max_elements=2**31),
-                   needs="nvidia-cutlass-dsl"),
+                   why_unavailable=_cute_unavailable),
 }
-IMPLS = tuple(name for name, kernel in KERNELS.items() if kernel.needs is None)
-OPTIONAL_IMPLS = tuple(name for name, kernel in KERNELS.items() if kernel.needs is not None)
+IMPLS = tuple(name for name, kernel in KERNELS.items() if kernel.why_unavailable is None)
+OPTIONAL_IMPLS = tuple(name for name, kernel in KERNELS.items() if kernel.why_unavailable)
 
 
 def get_kernel(impl) -> Kernel:
@@ -164,17 +176,9 @@ def get_kernel(impl) -> Kernel:
 
 @cache
 def unavailable(impl: str) -> str | None:
-    """Why ``impl`` can't run here, or None when it can."""
-    if impl != "cute":
-        return None
-    if not on_gpu():
-        return ("impl='cute' needs a CUDA GPU: CuTeDSL compiles for NVIDIA GPUs only, and this "
-                "machine runs ropetut's kernels through Triton's interpreter")
-    try:
-        from . import cute  # noqa: F401
-    except ImportError as e:
-        return f"impl='cute' needs NVIDIA's CuTeDSL, which does not import ({e}): {CUTE_INSTALL}"
-    return None
+    """Why ``impl`` can't run here, or None when it can (asked once: it may import a package)."""
+    kernel = get_kernel(impl)
+    return None if kernel.why_unavailable is None else kernel.why_unavailable()
 
 
 def rotate(q, k, options: RopeOptions):
@@ -184,16 +188,20 @@ def rotate(q, k, options: RopeOptions):
     An empty q or k (no tokens, no heads, no batch) launches nothing for it. In place, q's and
     k's version counters are bumped as torch's own in-place ops bump them, so a graph that saved
     them before the write raises instead of computing with the new values."""
-    cos, sin, positions, interleaved, rotary_dim, inplace, kernel, _, backward = options
+    inplace = options.inplace
     q_out = q if inplace else torch.empty_like(q)
     k_out = None if k is None else (k if inplace else torch.empty_like(k))
     if q.numel() and (k is None or k.numel()):
-        kernel.launch(q, k, cos, sin, q_out, k_out, positions=positions, interleaved=interleaved,
-                      rotary_dim=rotary_dim, backward=backward)
+        _launch(q, k, q_out, k_out, options)
     elif q.numel() or (k is not None and k.numel()):   # one of them is empty: the other alone
         x, x_out = (q, q_out) if q.numel() else (k, k_out)
-        kernel.launch(x, None, cos, sin, x_out, None, positions=positions,
-                      interleaved=interleaved, rotary_dim=rotary_dim, backward=backward)
+        _launch(x, None, x_out, None, options)
     if inplace:
         torch.autograd.graph.increment_version(q if k is None else (q, k))
     return q_out, k_out
+
+
+def _launch(q, k, q_out, k_out, options):
+    options.kernel.launch(q, k, options.cos, options.sin, q_out, k_out,
+                          positions=options.positions, interleaved=options.interleaved,
+                          rotary_dim=options.rotary_dim, backward=options.backward)
