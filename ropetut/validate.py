@@ -23,6 +23,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from .kernels import FLOAT_DTYPES, RopeOptions, get_kernel, rows_fit_vectors, unavailable
+from .kernels.final import _last_offset   # the furthest element indexing a tensor reaches
 from .runtime import DEVICE, INTERPRETED
 
 LAYOUTS = ("bthd", "bhtd")
@@ -134,9 +135,9 @@ def check_supports(kernel, q, k, cos, sin, positions, *, interleaved, rotary_dim
     can, impl = kernel.supports, kernel.name
     if can.max_elements is not None:   # 32-bit offsets: the furthest element reached counts
         for name, t in (("q", q), ("k", k)):
-            if t is not None and _span(t) + 1 >= can.max_elements:
+            if t is not None and _last_offset(t) + 1 >= can.max_elements:
                 raise ValueError(f"{name}: impl={impl!r} indexes with 32-bit integers, and {name} "
-                                 f"reaches {_span(t) + 1} elements; use impl='final'")
+                                 f"reaches {_last_offset(t) + 1} elements; use impl='final'")
     if can.vector_bytes:
         _check_vector_rows(impl, can.vector_bytes, q, k, cos, sin)
 
@@ -225,7 +226,7 @@ def _address_range(t):
     start = t.data_ptr()
     if t.is_contiguous():
         return start, start + t.nbytes
-    return start, start + (_span_of(tuple(t.shape), t.stride()) + 1) * t.element_size()
+    return start, start + (_last_offset(t) + 1) * t.element_size()
 
 
 def _meet(a, b):
@@ -248,16 +249,6 @@ def _dims(t):
     stride is larger than everything the smaller strides reach (which proves no two elements
     share memory)."""
     return _dims_of(tuple(t.shape), t.stride())
-
-
-def _span(t):
-    """The largest element offset from t's data pointer that indexing t reaches."""
-    return _span_of(tuple(t.shape), t.stride())
-
-
-@lru_cache(maxsize=1024)
-def _span_of(shape, stride):
-    return sum((n - 1) * st for n, st in zip(shape, stride))
 
 
 @lru_cache(maxsize=1024)

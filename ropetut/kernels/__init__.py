@@ -112,6 +112,7 @@ def _launch_final(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotar
 
 FLOAT32_MATH = (torch.float32, torch.float16, torch.bfloat16)   # kernels that compute in fp32
 
+
 def _cute_unavailable():
     if not on_gpu():
         return ("impl='cute' needs a CUDA GPU: CuTeDSL compiles for NVIDIA GPUs only, and this "
