@@ -54,6 +54,10 @@ def _(q, k, cos, sin, positions, interleaved, rotary_dim, backward, impl, check_
 
 def _save_for_backward(ctx, inputs, output):
     _, k, cos, sin, positions, interleaved, rotary_dim, backward, impl, _ = inputs
+    if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:   # as apply_rope refuses them
+        name = "cos" if ctx.needs_input_grad[2] else "sin"
+        raise ValueError(f"{name}: requires grad, but ropetut computes no gradient for the "
+                         f"tables; pass {name}.detach()")
     ctx.save_for_backward(cos, sin, positions)
     ctx.options = (k is not None, interleaved, rotary_dim, backward, impl)
 

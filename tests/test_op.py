@@ -246,3 +246,15 @@ def test_operator_gradgradcheck_float64():
     def f(q, k):
         return torch.ops.ropetut.rope(q, k, cos, sin, None, False, D, False, "final", False)
     assert torch.autograd.gradgradcheck(f, (q, k))
+
+
+@pytest.mark.parametrize("name", ["cos", "sin"])
+def test_operator_refuses_tables_that_require_grad(name):
+    """Called directly with grad-tracking tables, the operator raises as apply_rope does, naming
+    the table, instead of returning no table gradient without a word."""
+    tabs = dict(zip(("cos", "sin"), tables(D, 8, dtype=torch.float64)))
+    tabs[name] = tabs[name].clone().requires_grad_()
+    q = randn(1, 3, 2, D, dtype=torch.float64)
+    with pytest.raises(ValueError, match=f"^{name}: requires grad"):
+        torch.ops.ropetut.rope(q, None, tabs["cos"], tabs["sin"], None, False, D, False,
+                               "final", False)
