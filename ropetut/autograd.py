@@ -12,7 +12,7 @@ captured in a CUDA graph. ``check_positions=True`` is the one exception, and say
 """
 import torch
 
-from .kernels import RopeOptions, rotate
+from .kernels import rotate
 from .op import rope_traced
 from .validate import check_rope_args
 
@@ -41,8 +41,7 @@ class RopeFunction(torch.autograd.Function):
         if options.inplace:
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
         cos, sin, positions, interleaved, rotary_dim, _, kernel, _, backward = options
-        ctx.backward_options = RopeOptions(cos, sin, positions, interleaved, rotary_dim, False,
-                                           kernel, False, not backward)
+        ctx.options = options   # the backward's options are made only where it needs them
         ctx.prepared = ctx.grads = None
         if kernel.prepare_backward is not None and not backward and q.numel() and (
                 k is None or k.numel()):
@@ -55,14 +54,16 @@ class RopeFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dq, dk=None):
-        options = ctx.backward_options
-        if torch.is_grad_enabled():   # create_graph=True: the gradient must be differentiable
-            grads = RopeFunction.apply(dq, dk, options)
-            return (grads, None, None) if dk is None else (*grads, None)
-        prepared = ctx.prepared is not None and ctx.grad_strides == (
-            dq.stride(), None if dk is None else dk.stride())
-        if not prepared:
-            return (*rotate(dq, dk, options), None)
+        options = ctx.options
+        prepared = ctx.prepared is not None and not torch.is_grad_enabled() and (
+            ctx.grad_strides == (dq.stride(), None if dk is None else dk.stride()))
+        if not prepared:    # the turn back, out of place, by the registry's ordinary path
+            back = options._replace(inplace=False, check_positions=False,
+                                    backward=not options.backward)
+            if torch.is_grad_enabled():   # create_graph=True: through this Function again,
+                grads = RopeFunction.apply(dq, dk, back)   # so the gradient is differentiable
+                return (grads, None, None) if dk is None else (*grads, None)
+            return (*rotate(dq, dk, back), None)
         grads, ctx.grads = ctx.grads, None     # once only: a second backward gets fresh memory
         if grads is None:   # dense, with dq's strides, as the prepared launch expects
             grads = (torch.empty_like(dq), None if dk is None else torch.empty_like(dk))

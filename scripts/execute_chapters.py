@@ -3,7 +3,8 @@
     python scripts/execute_chapters.py [chapters/01_rope_from_scratch.ipynb ...]
 
 With no arguments, every notebook in chapters/. Cells tagged ``skip-execution`` are GPU-only:
-they run on a GPU and are left as they are on a CPU. Prints each notebook's wall time.
+they run on a GPU and are left as they are on a CPU. Prints each notebook's wall time. On a GPU, a chapter's seed-claim verdicts (results/ledger/<chapter>.json) are
+deleted before it runs, so the file holds exactly the verdicts of this run.
 """
 import sys
 import time
@@ -13,7 +14,9 @@ import nbformat
 import torch
 from nbclient import NotebookClient
 
-CHAPTERS = Path(__file__).resolve().parent.parent / "chapters"
+ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "chapters"
+LEDGER = ROOT / "results" / "ledger"
 
 
 def execute(path: Path, timeout: int = 300) -> float:
@@ -27,6 +30,9 @@ def execute(path: Path, timeout: int = 300) -> float:
                             skip_cells_with_tag=skip_tag,
                             resources={"metadata": {"path": str(path.parent)}},
                             on_cell_executed=lambda cell, cell_index, **_: _log(path, cell_index))
+    verdicts = LEDGER / f"{path.stem}.json"
+    if torch.cuda.is_available() and verdicts.exists():
+        verdicts.unlink()
     start = time.time()
     client.execute()
     nbformat.write(nb, path)

@@ -94,7 +94,23 @@ step check python3 -m ropetut check
 step chapters python3 scripts/execute_chapters.py ${CHAPTERS:-}
 # nbval re-executes the chapters: their verdicts go to a scratch folder, so the ledger page is
 # compared with the verdicts of the run that stored the outputs, not with this re-run's timings
-ROPETUT_LEDGER_DIR="$(mktemp -d)" step nbval python3 -m pytest "${nbval_args[@]}"
+# NBVAL_JOBS=N: N pytest processes, each over every Nth notebook. Outputs checked by nbval
+# never hold timings (those cells are tagged nbval-ignore-output), so sharing the GPU is safe.
+nbval_parallel() {
+  local jobs=${NBVAL_JOBS:-1} notebooks pids=() status=0 i
+  mapfile -t notebooks < <(find "${chapters[@]}" -name '*.ipynb' | sort)
+  for ((i = 0; i < jobs; i++)); do
+    local mine=()
+    for ((n = i; n < ${#notebooks[@]}; n += jobs)); do mine+=("${notebooks[n]}"); done
+    (( ${#mine[@]} )) || continue
+    python3 -m pytest "${nbval_args[@]/#chapters\//}" "${mine[@]}" > "/tmp/nbval.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[i]}" || status=1; tail -3 "/tmp/nbval.$i.log"; done
+  [[ -z "${OUT:-}" ]] || cat /tmp/nbval.*.log > "$OUT/nbval.log"
+  return $status
+}
+ROPETUT_LEDGER_DIR="$(mktemp -d)" step nbval nbval_parallel
 step tests python3 -m pytest -q tests/ -p no:cacheprovider
 step host python3 scripts/host_before_after.py "${BASELINE:-.baseline}"
 PYTHONPATH="/tmp/triton371:$PYTHONPATH" step triton371 python3 -m pytest -q tests/ -p no:cacheprovider
