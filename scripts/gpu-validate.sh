@@ -62,9 +62,9 @@ step() {  # step NAME COMMAND...: run it if NAME is in STEPS, then print one sum
 }
 
 read -r -a chapters <<< "${CHAPTERS:-chapters/}"
-nbval_args=(-q --nbval "${chapters[@]}" -p no:cacheprovider --nbval-cell-timeout 120)
+nbval_opts=(-q --nbval -p no:cacheprovider --nbval-cell-timeout 120)
 if [[ -f chapters/nbval_sanitize.cfg ]]; then
-  nbval_args+=(--nbval-sanitize-with chapters/nbval_sanitize.cfg)
+  nbval_opts+=(--nbval-sanitize-with chapters/nbval_sanitize.cfg)
 fi
 
 write_environment() {
@@ -103,7 +103,7 @@ nbval_parallel() {
     local mine=()
     for ((n = i; n < ${#notebooks[@]}; n += jobs)); do mine+=("${notebooks[n]}"); done
     (( ${#mine[@]} )) || continue
-    python3 -m pytest "${nbval_args[@]/#chapters\//}" "${mine[@]}" > "/tmp/nbval.$i.log" 2>&1 &
+    python3 -m pytest "${nbval_opts[@]}" "${mine[@]}" > "/tmp/nbval.$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do wait "${pids[i]}" || status=1; tail -3 "/tmp/nbval.$i.log"; done
