@@ -61,6 +61,8 @@ class GPTConfig:
             raise ValueError(f"rope_dtype: must be one of {tuple(ROPE_DTYPES)}, got {self.rope_dtype!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"n_heads: {self.n_heads} does not divide d_model={self.d_model}")
+        if not (math.isfinite(self.base) and self.base > 0):
+            raise ValueError(f"base: must be finite and positive, got {self.base}")
         seed_rope = self.rope == "torch"
         # Resolve the defaults, so that a stored config always says what ran.
         if self.preset is None:

@@ -1,23 +1,41 @@
 """Training the tiny GPT: one run, or a named study of many, each written as JSON.
 
     python -m ropetut train --rope final --steps 200 --out results/runs
-    python -m ropetut train --study plot_twist --out results/training_h100 --max-minutes 8
+    python -m ropetut train --study plot_twist --out results/study --max-minutes 8
 
-A run trains ``TinyGPT`` with AdamW (lr 1e-3, linear warm-up, cosine decay), bf16 autocast on a
-GPU, and evaluates on validation windows the model never trained on (unless the seed's
-``overlapping_split`` is switched on). Its JSON holds the configs, the loss curves, the final
-validation loss, accuracy and perplexity, the training time, tokens/s, peak memory, the corpus'
-sha256 and the environment.
+A run trains ``TinyGPT`` with AdamW (lr 1e-3, linear warm-up, cosine decay), bf16
+autocast on a GPU, and evaluates on validation windows the model never trained on
+(unless the seed's ``overlapping_split`` is switched on). Its JSON holds the configs,
+the loss curves, the final validation loss, accuracy and perplexity, the training time,
+tokens/s, peak memory, the corpus' sha256 and the environment.
 
-A study is a list of named configurations times seeds. Each (configuration, seed) is one JSON
-file in the output folder, written when the run ends; a study run again skips the files that
-exist, so it can be run in parts (``--max-minutes`` stops before starting a run that would not
-fit) and resumed.
+A study is a list of named configurations times seeds. Each (configuration, seed) is one
+JSON file in the output folder, ``<name>__seed<seed>__<hash>.json``, where the hash is
+that of the run's full configuration (also stored in the file as ``config_hash``). The
+runner trusts nothing it did not write:
+
+- a study run again skips a run only if its file reads back as a run of exactly that
+  configuration (so it can be run in parts, ``--max-minutes`` stopping before a run that
+  would not fit, and resumed); a file of the same name and seed with another
+  configuration, or one that does not read back, is named and the run is trained anew;
+- files are written whole or not at all: a temporary file, then a rename;
+- a runner claims a run (a lock on ``<file>.claim``) before training it, so two runners
+  on one folder never train the same run; the lock dies with its process;
+- the arguments are checked before anything trains.
+
+Files written before the hash (``<name>__seed<seed>.json``) still load, and are trusted
+by a study when the configuration they record is the one asked for.
 """
+
 import argparse
+import fcntl
+import hashlib
 import json
 import math
+import os
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -25,7 +43,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import load_corpus, make_split, train_batches, windows
-from .model import GPTConfig, TinyGPT, loss_fn
+from .model import ROPES, GPTConfig, TinyGPT, loss_fn
 from .provenance import environment
 from .runtime import DEVICE, on_gpu
 
@@ -36,17 +54,40 @@ class TrainConfig:
     batch_size: int = 16
     lr: float = 1e-3
     warmup_steps: int = 20
-    min_lr_fraction: float = 0.1     # cosine decay ends at this fraction of lr
+    min_lr_fraction: float = 0.1  # cosine decay ends at this fraction of lr
     weight_decay: float = 0.1
-    seed: int = 0                    # model initialisation and batch order
-    overlapping_split: bool = False  # confound 3: the seed's random split of overlapping windows
+    seed: int = 0  # model initialisation and batch order
+    overlapping_split: bool = (
+        False  # confound 3: the seed's random split of overlapping windows
+    )
     eval_every: int = 25
-    eval_windows: int = 16           # validation windows for the curve's points
-    final_eval_windows: int = 128    # and for the final numbers
+    eval_windows: int = 16  # validation windows for the curve's points
+    final_eval_windows: int = 128  # and for the final numbers
+
+    def __post_init__(self):
+        for name in (
+            "steps",
+            "batch_size",
+            "eval_every",
+            "eval_windows",
+            "final_eval_windows",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"{name}: must be at least 1, got {getattr(self, name)}"
+                )
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr: must be finite and positive, got {self.lr}")
+        if self.warmup_steps < 0 or self.seed < 0:
+            raise ValueError(
+                f"warmup_steps, seed: must not be negative, got "
+                f"{self.warmup_steps}, {self.seed}"
+            )
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
-    """Linear warm-up to ``lr``, then cosine decay to ``min_lr_fraction * lr`` at the last step."""
+    """Linear warm-up to ``lr``, then cosine decay to ``min_lr_fraction * lr`` at the
+    last step."""
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
     progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
@@ -60,7 +101,7 @@ def evaluate(model, tokens, starts, seq_len, batch_size) -> dict:
     model.eval()
     total_loss, correct, count = 0.0, 0, 0
     for i in range(0, len(starts), batch_size):
-        x, y = windows(tokens, starts[i:i + batch_size], seq_len)
+        x, y = windows(tokens, starts[i : i + batch_size], seq_len)
         with _autocast():
             logits = model(x)
         total_loss += loss_fn(logits, y).item() * y.numel()
@@ -75,30 +116,50 @@ def _autocast():
     return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on_gpu())
 
 
-def train(model_config: GPTConfig, train_config: TrainConfig, *, corpus=None, progress=True,
-          name: str = "run") -> dict:
+def train(
+    model_config: GPTConfig,
+    train_config: TrainConfig,
+    *,
+    corpus=None,
+    progress=True,
+    name: str = "run",
+) -> dict:
     """Train one model; returns the run's record (what ``write_run`` stores as JSON)."""
     corpus = corpus or load_corpus()
     torch.manual_seed(train_config.seed)
     model = TinyGPT(model_config).to(DEVICE)
     tokens = corpus.tokens.to(DEVICE)
     seq_len = model_config.max_seq_len
-    split = make_split(len(corpus.tokens), seq_len, overlapping=train_config.overlapping_split,
-                       seed=train_config.seed)
+    split = make_split(
+        len(corpus.tokens),
+        seq_len,
+        overlapping=train_config.overlapping_split,
+        seed=train_config.seed,
+    )
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": train_config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=train_config.lr, betas=(0.9, 0.95), fused=on_gpu())
-    batches = train_batches(corpus.tokens, split, train_config.batch_size, train_config.seed)
-    eval_starts = split.val_starts[:train_config.eval_windows]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": train_config.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=train_config.lr,
+        betas=(0.9, 0.95),
+        fused=on_gpu(),
+    )
+    batches = train_batches(
+        corpus.tokens, split, train_config.batch_size, train_config.seed
+    )
+    eval_starts = split.val_starts[: train_config.eval_windows]
     curve, val_curve = [], []
     if on_gpu():
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.synchronize()
     start = time.perf_counter()
     eval_seconds = 0.0
-    for step in tqdm(range(train_config.steps), desc=name, disable=not progress, leave=False):
+    for step in tqdm(
+        range(train_config.steps), desc=name, disable=not progress, leave=False
+    ):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, train_config)
         x, y = (t.to(DEVICE) for t in next(batches))
@@ -111,32 +172,53 @@ def train(model_config: GPTConfig, train_config: TrainConfig, *, corpus=None, pr
         curve.append(loss.detach())
         if (step + 1) % train_config.eval_every == 0 or step + 1 == train_config.steps:
             t0 = time.perf_counter()
-            val_curve.append({"step": step + 1, **evaluate(model, tokens, eval_starts, seq_len,
-                                                             train_config.batch_size)})
+            val_curve.append(
+                {
+                    "step": step + 1,
+                    **evaluate(
+                        model, tokens, eval_starts, seq_len, train_config.batch_size
+                    ),
+                }
+            )
             eval_seconds += time.perf_counter() - t0
     if on_gpu():
         torch.cuda.synchronize()
     train_seconds = time.perf_counter() - start - eval_seconds
-    final = evaluate(model, tokens, split.val_starts[:train_config.final_eval_windows], seq_len,
-                     train_config.batch_size)
+    final = evaluate(
+        model,
+        tokens,
+        split.val_starts[: train_config.final_eval_windows],
+        seq_len,
+        train_config.batch_size,
+    )
     trained_tokens = train_config.steps * train_config.batch_size * seq_len
     return {
-        "name": name, "model": model_config.to_dict(), "train": asdict(train_config),
-        "n_params": model.n_params(), "corpus": corpus.describe(),
-        "split": {"mode": split.mode, "train_windows": len(split.train_starts),
-                  "val_windows": len(split.val_starts),
-                  "val_seen_fraction": split.val_seen_fraction(train_config.final_eval_windows)},
+        "name": name,
+        "model": model_config.to_dict(),
+        "train": asdict(train_config),
+        "n_params": model.n_params(),
+        "corpus": corpus.describe(),
+        "split": {
+            "mode": split.mode,
+            "train_windows": len(split.train_starts),
+            "val_windows": len(split.val_starts),
+            "val_seen_fraction": split.val_seen_fraction(
+                train_config.final_eval_windows
+            ),
+        },
         "train_loss": [float(v) for v in torch.stack(curve).float().cpu()],
-        "val_curve": val_curve, "final": final,
-        "train_seconds": train_seconds, "tokens_per_s": trained_tokens / train_seconds,
+        "val_curve": val_curve,
+        "final": final,
+        "train_seconds": train_seconds,
+        "tokens_per_s": trained_tokens / train_seconds,
         "peak_mem_mb": torch.cuda.max_memory_allocated() / 2**20 if on_gpu() else None,
         "environment": environment(),
     }
 
 
 # The study. Each entry: name -> (changes to GPTConfig(), changes to TrainConfig()).
-# The seed's two models, with all three confounds: its PyTorch baseline fed (B, H, T, D), its
-# Triton model without a backward, both on overlapping windows split at random.
+# The seed's two models, with all three confounds: its PyTorch baseline fed (B, H, T,
+# D), its Triton model without a backward, both on overlapping windows split at random.
 SEED_BASELINE = dict(rope="torch", rotate_by_head_index=True)
 SEED_TRITON = dict(rope="v2", preset="standard", detach_rope=True)
 OVERLAP = dict(overlapping_split=True)
@@ -150,76 +232,300 @@ STUDIES = {
         "seed triton, with gradient": (dict(rope="v2", preset="standard"), OVERLAP),
         "seed baseline, disjoint split": (SEED_BASELINE, {}),
         "seed triton, disjoint split": (SEED_TRITON, {}),
-        # (c) the controlled study: correct code, disjoint split, one thing changed at a time
+        # (c) the controlled study: correct code, disjoint split, one change at a time
         "NoPE": (dict(rope="none"), {}),
         "RoPE base 10000": (dict(rope="final", preset="standard"), {}),
         "half-truncated base 10000": (dict(rope="final", preset="half_truncated"), {}),
-        "half-truncated base 1024": (dict(rope="final", preset="half_truncated", base=1024.0), {}),
+        "half-truncated base 1024": (
+            dict(rope="final", preset="half_truncated", base=1024.0),
+            {},
+        ),
         "torch baseline (seed math, fp32)": (dict(rope="torch"), {}),
-        "torch baseline (seed math, fp16)": (dict(rope="torch", rope_dtype="float16"), {}),
-        "triton final (seed math)": (dict(rope="final", preset="half_truncated", negative_angle=True), {}),
+        "torch baseline (seed math, fp16)": (
+            dict(rope="torch", rope_dtype="float16"),
+            {},
+        ),
+        "triton final (seed math)": (
+            dict(rope="final", preset="half_truncated", negative_angle=True),
+            {},
+        ),
     },
 }
 # A configuration small enough for Triton's interpreter on a CPU (CI trains it).
-TINY = (dict(d_model=32, n_heads=2, n_layers=1, d_ff=64, max_seq_len=16),
-        dict(steps=8, batch_size=4, warmup_steps=2, eval_every=4, eval_windows=4, final_eval_windows=8))
+TINY = (
+    dict(d_model=32, n_heads=2, n_layers=1, d_ff=64, max_seq_len=16),
+    dict(
+        steps=8,
+        batch_size=4,
+        warmup_steps=2,
+        eval_every=4,
+        eval_windows=4,
+        final_eval_windows=8,
+    ),
+)
 
 
 def configs(model_changes: dict, train_changes: dict, *, seed: int, tiny: bool = False):
-    base_model, base_train = (GPTConfig(**TINY[0]), TrainConfig(**TINY[1])) if tiny else (GPTConfig(), TrainConfig())
-    return base_model.replace(**model_changes), replace(base_train, seed=seed, **train_changes)
+    base_model, base_train = (
+        (GPTConfig(**TINY[0]), TrainConfig(**TINY[1]))
+        if tiny
+        else (GPTConfig(), TrainConfig())
+    )
+    return base_model.replace(**model_changes), replace(
+        base_train, seed=seed, **train_changes
+    )
 
 
-def run_file(out_dir: Path, name: str, seed: int) -> Path:
+RUN_KEYS = ("name", "model", "train", "split", "final", "train_seconds", "tokens_per_s")
+
+
+def config_hash(model: dict, train: dict) -> str:
+    """12 hex digits of the sha256 of a run's full configuration (its model and training
+    configs as JSON with sorted keys)."""
+    text = json.dumps({"model": model, "train": train}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def run_file(
+    out_dir, name: str, model_config: GPTConfig, train_config: TrainConfig
+) -> Path:
+    """Where the run of ``name`` with these configs is stored: its name, seed and
+    configuration hash."""
     safe = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
-    return Path(out_dir) / f"{safe}__seed{seed}.json"
+    digest = config_hash(model_config.to_dict(), asdict(train_config))
+    return Path(out_dir) / f"{safe}__seed{train_config.seed}__{digest}.json"
 
 
-def run_study(study: str, out_dir, *, seeds=(0, 1, 2), max_minutes: float | None = None,
-              tiny: bool = False, steps: int | None = None, progress: bool = True) -> list[Path]:
-    """Run every (configuration, seed) of ``study`` whose JSON is not in ``out_dir`` yet.
-    Stops before a run that the time budget would not fit (estimated from the runs so far)."""
+def read_run(path) -> dict:
+    """The run stored at ``path``; ValueError naming the file if it is not one
+    (truncated, empty, not a run's record, or a configuration that does not hash to its
+    ``config_hash``)."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    missing = (
+        [k for k in RUN_KEYS if k not in record]
+        if isinstance(record, dict)
+        else RUN_KEYS
+    )
+    if missing:
+        raise ValueError(f"{path}: not a run's record (no {', '.join(missing)})")
+    digest = config_hash(record["model"], record["train"])
+    if record.get("config_hash", digest) != digest:
+        raise ValueError(
+            f"{path}: its configuration hashes to {digest}, not to its "
+            f"config_hash {record['config_hash']}"
+        )
+    return record
+
+
+def differences(
+    record: dict, model_config: GPTConfig, train_config: TrainConfig
+) -> str:
+    """What ``record``'s configuration has that these configs do not, as
+    'key: has (wanted)'."""
+    wanted = {"model": model_config.to_dict(), "train": asdict(train_config)}
+    return ", ".join(
+        f"{part}.{key}: {record[part].get(key)!r} (wanted {value!r})"
+        for part in wanted
+        for key, value in wanted[part].items()
+        if key not in record[part] or record[part][key] != value
+    )
+
+
+def find_run(path: Path, model_config, train_config, log=print) -> Path | None:
+    """The verified file that holds the run ``path`` names (``path`` itself, or a legacy
+    file without the hash that records the same configuration); None if there is none.
+    The other files of the same name and seed that are corrupt or hold another
+    configuration are named through ``log``."""
+    stem, digest = path.stem.rsplit("__", 1)
+    candidates = [
+        path,
+        path.with_name(f"{stem}.json"),
+        *sorted(path.parent.glob(f"{stem}__*.json")),
+    ]
+    for candidate in dict.fromkeys(candidates):
+        if not candidate.exists():
+            continue
+        try:
+            record = read_run(candidate)
+        except ValueError as error:
+            log(f"not trusted: {error}")
+            continue
+        if config_hash(record["model"], record["train"]) == digest:
+            return candidate
+        log(
+            f"{candidate.name} is another configuration than {path.name} "
+            f"({differences(record, model_config, train_config)})"
+        )
+    return None
+
+
+def write_json(path: Path, record: dict) -> None:
+    """Write ``record`` whole or not at all: a temporary file beside ``path``, flushed
+    to disk, then renamed over it (a rename within a folder is atomic)."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "w") as handle:
+            json.dump(record, handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+@contextmanager
+def claim(path: Path):
+    """Claim the run stored at ``path`` while it trains: yields True with
+    ``<path>.claim`` locked, False if another runner holds that lock. The lock dies with
+    its process, so a runner that crashed leaves no claim behind; whoever claims must
+    still look for a finished file."""
+    claim_path = path.with_name(f"{path.name}.claim")
+    with open(claim_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            claim_path.unlink(missing_ok=True)
+
+
+def run_all(
+    plan,
+    out_dir,
+    *,
+    study: str | None = None,
+    max_minutes: float | None = None,
+    progress: bool = True,
+    log=print,
+) -> list[Path]:
+    """Train each ``(name, model_config, train_config)`` of ``plan`` that has no
+    verified file in ``out_dir`` and that no other runner has claimed; returns the files
+    written. Stops before a run that ``max_minutes`` would not fit (estimated from the
+    runs so far)."""
+    seeds = [(name, train_config.seed) for name, _, train_config in plan]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(
+            f"seeds: a configuration is planned twice with one seed ({seeds})"
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    corpus = load_corpus()
-    todo = [(name, seed) for seed in seeds for name in STUDIES[study]
-            if not run_file(out_dir, name, seed).exists()]
+    todo = []
+    for name, model_config, train_config in plan:
+        path = run_file(out_dir, name, model_config, train_config)
+        if find_run(path, model_config, train_config, log) is None:
+            todo.append((name, model_config, train_config, path))
+    corpus = load_corpus() if todo else None
     start, done = time.perf_counter(), []
-    for name, seed in tqdm(todo, desc=study, disable=not progress):
+    for i, (name, model_config, train_config, path) in enumerate(
+        tqdm(todo, desc=study, disable=not progress)
+    ):
         elapsed = time.perf_counter() - start
-        if max_minutes is not None and done and elapsed + elapsed / len(done) > max_minutes * 60:
-            print(f"{study}: stopping with {len(todo) - len(done)} runs left (--max-minutes {max_minutes})")
+        if (
+            max_minutes is not None
+            and done
+            and elapsed + elapsed / len(done) > max_minutes * 60
+        ):
+            log(
+                f"stopping with {len(todo) - i} runs left (--max-minutes {max_minutes})"
+            )
             break
-        model_config, train_config = configs(*STUDIES[study][name], seed=seed, tiny=tiny)
-        if steps is not None:
-            train_config = replace(train_config, steps=steps)
-        record = train(model_config, train_config, corpus=corpus, progress=False, name=name)
-        record["study"] = study
-        path = run_file(out_dir, name, seed)
-        path.write_text(json.dumps(record, indent=1))
+        with claim(path) as claimed:
+            if not claimed:
+                log(f"{path.name} is claimed by another runner: left to it")
+                continue
+            if (
+                find_run(path, model_config, train_config, log=lambda _: None)
+                is not None
+            ):
+                continue  # another runner finished it since we looked
+            record = train(
+                model_config, train_config, corpus=corpus, progress=False, name=name
+            )
+            record["config_hash"] = path.stem.rsplit("__", 1)[1]
+            if study is not None:
+                record["study"] = study
+            write_json(path, record)
         done.append(path)
     return done
 
 
+def study_plan(
+    study: str, *, seeds=(0, 1, 2), tiny: bool = False, steps: int | None = None
+):
+    """The ``(name, model_config, train_config)`` of each run of ``study``, seed by
+    seed."""
+    plan = []
+    for seed in seeds:
+        for name, changes in STUDIES[study].items():
+            model_config, train_config = configs(*changes, seed=seed, tiny=tiny)
+            if steps is not None:
+                train_config = replace(train_config, steps=steps)
+            plan.append((name, model_config, train_config))
+    return plan
+
+
+def run_study(
+    study: str,
+    out_dir,
+    *,
+    seeds=(0, 1, 2),
+    max_minutes: float | None = None,
+    tiny: bool = False,
+    steps: int | None = None,
+    progress: bool = True,
+    log=print,
+) -> list[Path]:
+    """Run every (configuration, seed) of ``study`` that has no verified file in
+    ``out_dir``."""
+    plan = study_plan(study, seeds=seeds, tiny=tiny, steps=steps)
+    return run_all(
+        plan, out_dir, study=study, max_minutes=max_minutes, progress=progress, log=log
+    )
+
+
 def load_runs(folder) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+    """Every run in ``folder``; ValueError naming the first file that is not a run."""
+    return [read_run(p) for p in sorted(Path(folder).glob("*.json"))]
 
 
 def summarize(runs: list[dict]) -> list[dict]:
-    """One row per configuration, in the study's order: mean and standard deviation over seeds of
-    the final numbers."""
+    """One row per configuration, in the study's order: mean and standard deviation over
+    seeds of the final numbers. ValueError if one name holds one seed twice, or runs of
+    configurations that differ in more than their seed (their mean would mix unlike
+    runs)."""
     order = list(STUDIES.get(runs[0].get("study"), {})) if runs else []
-    names = sorted(dict.fromkeys(r["name"] for r in runs), key=lambda n: order.index(n) if n in order else len(order))
+    names = sorted(
+        dict.fromkeys(r["name"] for r in runs),
+        key=lambda n: order.index(n) if n in order else len(order),
+    )
     rows = []
     for name in names:
         mine = [r for r in runs if r["name"] == name]
+        seeds = [r["train"]["seed"] for r in mine]
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"runs: {name!r} holds a seed twice ({sorted(seeds)})")
+        unseeded = {config_hash(r["model"], {**r["train"], "seed": 0}) for r in mine}
+        if len(unseeded) > 1:
+            raise ValueError(
+                f"runs: {name!r} holds runs of {len(unseeded)} configurations; "
+                f"summarize one at a time"
+            )
         row = {"name": name, "seeds": len(mine)}
-        for key, values in (("val_loss", [r["final"]["loss"] for r in mine]),
-                            ("accuracy", [r["final"]["accuracy"] for r in mine]),
-                            ("perplexity", [r["final"]["perplexity"] for r in mine]),
-                            ("train_seconds", [r["train_seconds"] for r in mine]),
-                            ("tokens_per_s", [r["tokens_per_s"] for r in mine]),
-                            ("val_seen_fraction", [r["split"]["val_seen_fraction"] for r in mine])):
+        for key, values in (
+            ("val_loss", [r["final"]["loss"] for r in mine]),
+            ("accuracy", [r["final"]["accuracy"] for r in mine]),
+            ("perplexity", [r["final"]["perplexity"] for r in mine]),
+            ("train_seconds", [r["train_seconds"] for r in mine]),
+            ("tokens_per_s", [r["tokens_per_s"] for r in mine]),
+            ("val_seen_fraction", [r["split"]["val_seen_fraction"] for r in mine]),
+        ):
             t = torch.tensor(values, dtype=torch.float64)
             row[key] = float(t.mean())
             row[key + "_std"] = float(t.std()) if len(values) > 1 else 0.0
@@ -228,50 +534,165 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 
 def format_summary(rows) -> str:
-    lines = [f"{'configuration':34} {'seeds':>5} {'val loss':>15} {'accuracy':>15} {'perplexity':>13} "
-             f"{'train s':>7} {'tokens/s':>9} {'val seen':>8}"]
+    lines = [
+        f"{'configuration':34} {'seeds':>5} {'val loss':>15} {'accuracy':>15} "
+        f"{'perplexity':>13} {'train s':>7} {'tokens/s':>9} {'val seen':>8}"
+    ]
     for r in rows:
-        lines.append(f"{r['name']:34} {r['seeds']:5d} {r['val_loss']:7.4f} ± {r['val_loss_std']:.4f} "
-                     f"{r['accuracy']:7.4f} ± {r['accuracy_std']:.4f} {r['perplexity']:6.2f} ± {r['perplexity_std']:4.2f} "
-                     f"{r['train_seconds']:7.1f} {r['tokens_per_s']:9.0f} {r['val_seen_fraction']:8.1%}")
+        lines.append(
+            f"{r['name']:34} {r['seeds']:5d} "
+            f"{r['val_loss']:7.4f} ± {r['val_loss_std']:.4f} "
+            f"{r['accuracy']:7.4f} ± {r['accuracy_std']:.4f} "
+            f"{r['perplexity']:6.2f} ± {r['perplexity_std']:4.2f} "
+            f"{r['train_seconds']:7.1f} {r['tokens_per_s']:9.0f} "
+            f"{r['val_seen_fraction']:8.1%}"
+        )
     return "\n".join(lines)
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed must not be negative, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be finite and positive, got {text}")
+    return value
+
+
+def check_writable(parser, folder: str) -> None:
+    """Refuse ``--out`` before any training if a file cannot be written there."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        parser.error(f"--out: cannot write in {folder} ({error})")
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropetut train", description=__doc__.split("\n")[0])
-    parser.add_argument("--study", choices=STUDIES, help="run a named study instead of one configuration")
-    parser.add_argument("--out", required=True, metavar="DIR", help="where each run's JSON goes")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--max-minutes", type=float, help="stop a study before a run that would not fit")
-    parser.add_argument("--steps", type=int, help="override the number of training steps")
-    parser.add_argument("--tiny", action="store_true", help="a model small enough for the CPU interpreter")
-    parser.add_argument("--rope", default="final", help="one configuration: none, torch, v1..v4, final")
+    parser = argparse.ArgumentParser(
+        prog="python -m ropetut train", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--study",
+        choices=STUDIES,
+        help="run a named study instead of one configuration",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="where each run's JSON goes"
+    )
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--max-minutes",
+        type=positive_float,
+        help="stop a study before a run that would not fit",
+    )
+    parser.add_argument(
+        "--steps", type=positive_int, help="override the number of training steps"
+    )
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="a model small enough for the CPU interpreter",
+    )
+    # one configuration's options: None (or False) when not given, so that the given
+    # ones can be checked
+    parser.add_argument(
+        "--rope", choices=ROPES, help="one configuration's rope (default: final)"
+    )
     parser.add_argument("--preset", choices=("standard", "half_truncated"))
-    parser.add_argument("--base", type=float, default=10000.0)
-    parser.add_argument("--rope-dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    parser.add_argument("--base", type=positive_float, help="default: 10000")
+    parser.add_argument(
+        "--rope-dtype",
+        choices=("float32", "float16", "bfloat16"),
+        help="default: float32",
+    )
     parser.add_argument("--rotate-by-head-index", action="store_true")
     parser.add_argument("--detach-rope", action="store_true")
     parser.add_argument("--overlapping-split", action="store_true")
     args = parser.parse_args(argv)
-    if args.study:
-        run_study(args.study, args.out, seeds=args.seeds, max_minutes=args.max_minutes, tiny=args.tiny,
-                  steps=args.steps)
-        runs = [r for r in load_runs(args.out) if r.get("study") == args.study]
-    else:
-        model_changes = dict(rope=args.rope, base=args.base, rope_dtype=args.rope_dtype,
-                             rotate_by_head_index=args.rotate_by_head_index, detach_rope=args.detach_rope)
-        if args.preset:
-            model_changes["preset"] = args.preset
-        runs = []
-        for seed in args.seeds:
-            model_config, train_config = configs(model_changes, dict(overlapping_split=args.overlapping_split),
-                                                 seed=seed, tiny=args.tiny)
-            if args.steps is not None:
-                train_config = replace(train_config, steps=args.steps)
-            record = train(model_config, train_config, name=f"rope={args.rope}")
-            path = run_file(args.out, record["name"], seed)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(record, indent=1))
-            runs.append(record)
-    print(format_summary(summarize(runs)))
+    given = {
+        flag: value
+        for flag, value in (
+            ("rope", args.rope),
+            ("preset", args.preset),
+            ("base", args.base),
+            ("rope-dtype", args.rope_dtype),
+            ("rotate-by-head-index", args.rotate_by_head_index or None),
+            ("detach-rope", args.detach_rope or None),
+            ("overlapping-split", args.overlapping_split or None),
+        )
+        if value is not None
+    }
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds: {args.seeds} names a seed twice")
+    if args.study and given:
+        parser.error(
+            f"--{', --'.join(given)}: a study's configurations are fixed, "
+            f"so this does nothing with --study"
+        )
+    if not args.study and args.max_minutes is not None:
+        parser.error(
+            "--max-minutes: stops a study between runs, so does nothing without --study"
+        )
+    rotation = [flag for flag in given if flag not in ("rope", "overlapping-split")]
+    if args.rope == "none" and rotation:
+        parser.error(
+            f"--{', --'.join(rotation)}: there is no rotation, so this does nothing "
+            f"with --rope none"
+        )
+    try:
+        if args.study:
+            plan = study_plan(
+                args.study, seeds=args.seeds, tiny=args.tiny, steps=args.steps
+            )
+        else:
+            options = {"rope": "final", **given}
+            model_changes = {
+                flag.replace("-", "_"): value
+                for flag, value in options.items()
+                if flag != "overlapping-split"
+            }
+            name = " ".join(
+                flag if value is True else f"{flag}={value}"
+                for flag, value in options.items()
+            )
+            plan = []
+            for seed in args.seeds:
+                model_config, train_config = configs(
+                    model_changes,
+                    dict(overlapping_split=args.overlapping_split),
+                    seed=seed,
+                    tiny=args.tiny,
+                )
+                if args.steps is not None:
+                    train_config = replace(train_config, steps=args.steps)
+                plan.append((name, model_config, train_config))
+    except ValueError as error:
+        parser.error(str(error))
+    check_writable(parser, args.out)
+    run_all(plan, args.out, study=args.study, max_minutes=args.max_minutes)
+    found = [
+        find_run(run_file(args.out, *run), *run[1:], log=lambda _: None) for run in plan
+    ]
+    runs = [read_run(path) for path in found if path is not None]
+    if runs:
+        print(format_summary(summarize(runs)))
+    if len(runs) < len(plan):
+        print(
+            f"{len(plan) - len(runs)} of {len(plan)} runs are not finished yet "
+            f"(stopped by --max-minutes, or claimed by another runner)"
+        )
     return 0

@@ -56,8 +56,9 @@ def test_single_configurations_do_not_overwrite_each_other(tmp_path):
     common = ["--tiny", "--steps", "2", "--seeds", "0", "--out", str(tmp_path)]
     assert train.main(["--rope", "final", *common]) == 0
     assert train.main(["--rope", "final", "--base", "500", *common]) == 0
-    bases = sorted(json.loads(p.read_text())["model"]["base"]
-                   for p in tmp_path.glob("*.json"))
+    bases = sorted(
+        json.loads(p.read_text())["model"]["base"] for p in tmp_path.glob("*.json")
+    )
     assert bases == [500.0, 10000.0]
 
 
@@ -65,8 +66,13 @@ def test_single_configurations_do_not_overwrite_each_other(tmp_path):
 def test_a_corrupt_file_is_named_and_rerun(tmp_path, two, capsys, damage):
     (path, _) = study(tmp_path)
     text = path.read_text()
-    path.write_text({"truncated": text[: len(text) // 2], "empty object": "{}",
-                     "not a run": "[1, 2]"}[damage])
+    path.write_text(
+        {
+            "truncated": text[: len(text) // 2],
+            "empty object": "{}",
+            "not a run": "[1, 2]",
+        }[damage]
+    )
     with pytest.raises(ValueError, match=path.name):
         train.load_runs(tmp_path)
     assert study(tmp_path) == [path]
@@ -158,7 +164,7 @@ def test_the_committed_study_still_loads_and_resumes_as_legacy(tmp_path, two):
     assert len(runs) == 39
     assert {row["seeds"] for row in train.summarize(runs)} == {3}
     assert all(math.isfinite(r["final"]["loss"]) for r in runs)
-    # a legacy file (no hash in its name) whose recorded configuration matches is trusted
+    # a legacy file (no hash in its name) recording this configuration is trusted
     (path, _) = study(tmp_path)
     legacy = path.with_name("NoPE__seed0.json")
     path.rename(legacy)
