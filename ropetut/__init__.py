@@ -5,6 +5,8 @@ kernel module is imported, so the same kernels run on CPU tensors through Triton
 """
 from .runtime import DEVICE, on_gpu, pick, runtime_mode  # noqa: I001  (must come first)
 from .autograd import apply_rope
+from .angles import apply_rope_angles
+from .packed import apply_rope_thd, packed_positions
 from .kernels import IMPLS, OPTIONAL_IMPLS
 from .modules import RoPEAttention, RotaryEmbedding
 from .reference import LlmRotary, rope_reference, rope_rotate_half
@@ -12,6 +14,6 @@ from .tables import half_truncated, partial, rope_tables, standard
 
 __all__ = [
     "DEVICE", "IMPLS", "LlmRotary", "OPTIONAL_IMPLS", "RoPEAttention", "RotaryEmbedding", "apply_rope",
-    "half_truncated", "on_gpu", "partial", "pick", "rope_reference", "rope_rotate_half",
-    "rope_tables", "runtime_mode", "standard",
+    "apply_rope_angles", "apply_rope_thd", "half_truncated", "on_gpu", "packed_positions", "partial",
+    "pick", "rope_reference", "rope_rotate_half", "rope_tables", "runtime_mode", "standard",
 ]

@@ -1,0 +1,204 @@
+"""angles: final's rotation with no table: the kernel computes each token's angles.
+
+What it changes from ``final``, and why:
+- no cos/sin table: a table is read for every token (bytes) and held in memory (8 GiB of
+  fp32 cos and sin for 2**24 positions at D = 128). The kernel reads rotary_dim/2
+  frequencies instead, and int64 positions.
+- the angle is exact before its last roundings. In float32, ``position * inv_freq``
+  loses the angle's low bits as soon as the product is large: at position 2**24 one fp32
+  ulp of the angle is 2 radians. So the kernel works in turns (angle / 2pi), where a
+  whole turn is exactly 1 and reducing mod 1 is exact (``x - floor(x)``):
+  - the host divides inv_freq by 2pi in fp64 and splits it into fp32 words, three of 12
+    significant bits (``turn_words``);
+  - the kernel splits the position into three 12-bit integer parts;
+  - a product of a 12-bit part and a 12-bit word has at most 24 significant bits, so
+    float32 holds it exactly, and its fraction too: no FMA or Dekker split needed, and
+    a compiler contracting into an FMA cannot change it. The six large products are
+    exact; the three small ones left (at most inv_freq / 2pi each) cost about 1e-8 turn;
+  - the fractions are summed in float-float (Knuth's TwoSum, exact), reduced to
+    [-1/2, 1/2] turn, and only then multiplied by 2pi (itself two fp32 words).
+  Measured on CPU: about 2e-7 radians at any position up to 2**30; by 2**36, the fp64
+  rounding of inv_freq / 2pi (1e-16 relative) costs 3e-6. A position outside
+  [0, 2**36) gets NaN, as ``final`` gives NaN for a row outside its table.
+- fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product.
+Everything else is ``final``'s: GQA, half-split or interleaved pairs, partial rotary
+(the pass-through dims copied out of place), in place, any strides, int64 offsets for
+big tensors, backward as a turn by -theta.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .final import _copy_pass_dims, _last_offset
+from .tiles import tile_sizes
+
+MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
+TWO_PI_HI = tl.constexpr(6.2831854820251465)  # float32(2 pi)
+TWO_PI_LO = tl.constexpr(-1.7484555314695172e-07)  # float32(2 pi - TWO_PI_HI)
+
+
+@triton.jit
+def _add_exactly(hi, lo, x):
+    """(hi, lo) += x: TwoSum puts hi + x's rounding error into lo."""
+    s = hi + x
+    back = s - hi
+    err = (hi - (s - back)) + (x - back)
+    return s, lo + err
+
+
+@triton.jit
+def _fraction(x):
+    """x mod 1, exactly (floor(x) has no more significant bits than x)."""
+    return x - tl.floor(x)
+
+
+@triton.jit
+def _fraction_of_turns(words_ptr, i, HALF, pos):
+    """position * inv_freq / 2pi mod 1 as float-float (hi, lo), hi in [0, 6).
+
+    Six products of a 12-bit position part and a 12-bit word are exact, and so are their
+    fractions; the three that are left are at most inv_freq / 2pi in size, so rounding
+    them costs about 1e-8 turn."""
+    p0 = (pos & 4095).to(tl.float32)
+    p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
+    p2 = ((pos >> 24) & 4095).to(tl.float32) * 16777216.0
+    c0 = tl.load(words_ptr + i, mask=i < HALF, other=0.0)
+    c1 = tl.load(words_ptr + HALF + i, mask=i < HALF, other=0.0)
+    c2 = tl.load(words_ptr + 2 * HALF + i, mask=i < HALF, other=0.0)
+    c1_rest = tl.load(words_ptr + 3 * HALF + i, mask=i < HALF, other=0.0)
+    c2_rest = tl.load(words_ptr + 4 * HALF + i, mask=i < HALF, other=0.0)
+    c3_rest = tl.load(words_ptr + 5 * HALF + i, mask=i < HALF, other=0.0)
+    hi = _fraction(p2 * c0)
+    lo = tl.zeros_like(hi)
+    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c1))
+    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c2))
+    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c0))
+    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c1))
+    hi, lo = _add_exactly(hi, lo, _fraction(p0 * c0))
+    return _add_exactly(hi, lo, p0 * c1_rest + p1 * c2_rest + p2 * c3_rest)
+
+
+@triton.jit
+def rope_angles_kernel(
+    q_ptr, k_ptr, qo_ptr, ko_ptr, words_ptr, pos_ptr,
+    T, HQ, HK, HALF, D, R,                            # HALF = R/2; R..D pass through
+    sqb, sqt, sqh, sqd, skb, skt, skh, skd,           # q, k strides, (B, T, H, D)
+    sqob, sqot, sqoh, sqod, skob, skot, skoh, skod,   # q_out, k_out strides
+    spb, spt,                                         # positions (B, T) strides
+    HAS_POSITIONS: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
+    COPY_PASS: tl.constexpr, FP64: tl.constexpr, WIDE: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_PASS: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(1)
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
+    if WIDE:  # a tensor of 2**31 elements or more: offsets in int64
+        b, t = b.to(tl.int64), t.to(tl.int64)
+    i = tl.arange(0, BLOCK_HALF)[None, None, :]
+    tok_mask = t < T
+    ti_mask = tok_mask & (i < HALF)
+    if HAS_POSITIONS:
+        pos = tl.load(pos_ptr + b * spb + t * spt, mask=tok_mask, other=0).to(tl.int64)
+    else:
+        pos = t.to(tl.int64)
+    in_range = (pos >= 0) & (pos < MAX_POSITION)  # NaN outside
+    if FP64:  # words: (1, HALF) inv_freq / 2pi in fp64
+        turns = pos.to(tl.float64) * tl.load(words_ptr + i, mask=i < HALF, other=0.0)
+        turn = turns - tl.floor(turns + 0.5)
+    else:  # words: (6, HALF) fp32, see turn_words
+        hi, lo = _fraction_of_turns(words_ptr, i, HALF, pos)
+        turn = (hi - tl.floor(hi + 0.5)) + lo  # in [-1/2, 1/2] turn, one rounding
+    angle = turn * TWO_PI_HI + turn * TWO_PI_LO
+    cos = tl.where(in_range & ti_mask, tl.cos(angle), float("nan"))
+    sin = tl.where(in_range & ti_mask, tl.sin(angle), float("nan"))
+    if BACKWARD:
+        sin = -sin
+    if INTERLEAVED:
+        d1, d2 = 2 * i, 2 * i + 1
+    else:
+        d1, d2 = i, i + HALF
+    q_tok, qo_tok = q_ptr + b * sqb + t * sqt, qo_ptr + b * sqob + t * sqot
+    k_tok, ko_tok = k_ptr + b * skb + t * skt, ko_ptr + b * skob + t * skot
+    for h0 in range(
+        0, HQ, BLOCK_H
+    ):  # HQ >= HK: a block of q heads, the same of k heads
+        h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
+        if WIDE:
+            h = h.to(tl.int64)
+        q_mask, k_mask = ti_mask & (h < HQ), ti_mask & (h < HK)
+        q_row, qo_row = q_tok + h * sqh, qo_tok + h * sqoh
+        k_row, ko_row = k_tok + h * skh, ko_tok + h * skoh
+        q1 = tl.load(q_row + d1 * sqd, mask=q_mask).to(cos.dtype)
+        q2 = tl.load(q_row + d2 * sqd, mask=q_mask).to(cos.dtype)
+        k1 = tl.load(k_row + d1 * skd, mask=k_mask).to(cos.dtype)
+        k2 = tl.load(k_row + d2 * skd, mask=k_mask).to(cos.dtype)
+        q_ty, k_ty = qo_ptr.dtype.element_ty, ko_ptr.dtype.element_ty
+        tl.store(qo_row + d1 * sqod, (q1 * cos - q2 * sin).to(q_ty), mask=q_mask)
+        tl.store(qo_row + d2 * sqod, (q2 * cos + q1 * sin).to(q_ty), mask=q_mask)
+        tl.store(ko_row + d1 * skod, (k1 * cos - k2 * sin).to(k_ty), mask=k_mask)
+        tl.store(ko_row + d2 * skod, (k2 * cos + k1 * sin).to(k_ty), mask=k_mask)
+        if COPY_PASS:
+            _copy_pass_dims(
+                q_row, qo_row, tok_mask & (h < HQ), R, D, sqd, sqod, BLOCK_PASS
+            )
+            _copy_pass_dims(
+                k_row, ko_row, tok_mask & (h < HK), R, D, skd, skod, BLOCK_PASS
+            )
+
+
+PAIRS_PER_TILE, NUM_WARPS = 2048, 8  # final's, not yet tuned for this kernel
+
+
+def turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``c = inv_freq / 2pi`` (computed in fp64) as the kernel reads it, on inv_freq's
+    device, without a sync: for fp64 inputs (1, HALF) in fp64; otherwise (6, HALF)
+    fp32 words: c0, c1, c2 of 12 significant bits each (c0 + c1 + c2 is c to 36 bits),
+    then what is left after one, two and three of them (c - c0, c - c0 - c1 and
+    c - c0 - c1 - c2), rounded to fp32."""
+    c = inv_freq.double() / (2 * math.pi)
+    if dtype == torch.float64:
+        return c[None].contiguous()
+    c0 = _round_to_bits(c, 12)
+    c1 = _round_to_bits(c - c0, 12)
+    c2 = _round_to_bits(c - c0 - c1, 12)
+    return torch.stack([c0, c1, c2, c - c0, c - c0 - c1, c - c0 - c1 - c2]).float()
+
+
+def rope_angles(
+    q, k, words, q_out, k_out, *, positions=None, interleaved=False, rotary_dim=None,
+    backward=False,
+):  # fmt: skip
+    """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out may
+    be q. words: ``turn_words(inv_freq, q.dtype)``. positions: None or (B, T) integers.
+    Returns (q_out, k_out)."""
+    B, T, HQ, D = q.shape
+    R = rotary_dim or D
+    kk, kk_out = (
+        (q, q_out) if k is None else (k, k_out)
+    )  # HK = 0: the k loop never runs
+    HK = 0 if k is None else k.shape[2]
+    pos = q if positions is None else positions  # a placeholder pointer, never read
+    spb, spt = (0, 0) if positions is None else positions.stride()
+    BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)
+    grid = (triton.cdiv(T, BLOCK_T), B, 1)
+    rope_angles_kernel[grid](
+        q, kk, q_out, kk_out, words, pos, T, HQ, HK, R // 2, D, R,
+        *q.stride(), *kk.stride(), *q_out.stride(), *kk_out.stride(), spb, spt,
+        HAS_POSITIONS=positions is not None, INTERLEAVED=interleaved, BACKWARD=backward,
+        COPY_PASS=R < D and q_out.data_ptr() != q.data_ptr(),
+        FP64=q.dtype == torch.float64,
+        WIDE=max(_last_offset(t) for t in (q, kk, q_out, kk_out)) >= 2**31,
+        BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF,
+        BLOCK_PASS=triton.next_power_of_2(max(D - R, 1)), num_warps=NUM_WARPS,
+    )  # fmt: skip
+    return q_out, k_out
+
+
+def _round_to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
+    mantissa, exponent = torch.frexp(
+        x
+    )  # x = mantissa * 2**exponent, |mantissa| in [1/2, 1)
+    return torch.ldexp(torch.round(mantissa * 2**bits), (exponent - bits).double())
