@@ -7,11 +7,12 @@ from .runtime import DEVICE, on_gpu, pick, runtime_mode  # noqa: I001  (must com
 from .autograd import apply_rope
 from .kernels import IMPLS, OPTIONAL_IMPLS
 from .modules import RoPEAttention, RotaryEmbedding
+from .qk_norm import QKNormRotary, apply_qk_norm_rope
 from .reference import LlmRotary, rope_reference, rope_rotate_half
 from .tables import half_truncated, partial, rope_tables, standard
 
 __all__ = [
-    "DEVICE", "IMPLS", "LlmRotary", "OPTIONAL_IMPLS", "RoPEAttention", "RotaryEmbedding", "apply_rope",
+    "DEVICE", "IMPLS", "LlmRotary", "OPTIONAL_IMPLS", "QKNormRotary", "RoPEAttention", "RotaryEmbedding", "apply_qk_norm_rope", "apply_rope",
     "half_truncated", "on_gpu", "partial", "pick", "rope_reference", "rope_rotate_half",
     "rope_tables", "runtime_mode", "standard",
 ]
