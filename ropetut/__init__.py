@@ -12,7 +12,8 @@ from .reference import LlmRotary, rope_reference, rope_rotate_half
 from .tables import half_truncated, partial, rope_tables, standard
 
 __all__ = [
-    "DEVICE", "IMPLS", "LlmRotary", "OPTIONAL_IMPLS", "QKNormRotary", "RoPEAttention", "RotaryEmbedding", "apply_qk_norm_rope", "apply_rope",
+    "DEVICE", "IMPLS", "LlmRotary", "OPTIONAL_IMPLS", "QKNormRotary", "RoPEAttention",
+    "RotaryEmbedding", "apply_qk_norm_rope", "apply_rope",
     "half_truncated", "on_gpu", "partial", "pick", "rope_reference", "rope_rotate_half",
     "rope_tables", "runtime_mode", "standard",
 ]

@@ -1,5 +1,5 @@
-"""Fused QK-RMSNorm + RoPE (issue 18): the kernels against the fp64 reference, gradients,
-the checks, in place, the operators under torch.compile, and the module."""
+"""Fused QK-RMSNorm + RoPE (issue 18): the kernels against the fp64 reference,
+gradients, the checks, in place, the operators under torch.compile, and the module."""
 
 import pytest
 import torch
@@ -56,14 +56,25 @@ def reference(x, w, cos, sin, opts):
 
 
 def run_poisoned(q, k, w_q, w_k, cos, sin, opts):
-    """The forward launcher into NaN-filled outputs (an element it forgets stays NaN)."""
+    """The forward launcher into NaN-filled outputs: a forgotten element stays NaN."""
     q4, k4, options = check_qk_norm_args(q, k, w_q, w_k, cos, sin, **opts)
     q_out, k_out = torch.full_like(q4, float("nan")), torch.full_like(k4, float("nan"))
     rope = options.rope
-    qk_norm_rope_forward(q4, k4, w_q, w_k, rope.cos, rope.sin, q_out, k_out,
-                         positions=rope.positions, eps=options.eps,
-                         interleaved=rope.interleaved, rotary_dim=rope.rotary_dim,
-                         weight_offset=options.weight_offset)
+    qk_norm_rope_forward(
+        q4,
+        k4,
+        w_q,
+        w_k,
+        rope.cos,
+        rope.sin,
+        q_out,
+        k_out,
+        positions=rope.positions,
+        eps=options.eps,
+        interleaved=rope.interleaved,
+        rotary_dim=rope.rotary_dim,
+        weight_offset=options.weight_offset,
+    )
     if opts.get("layout") == "bhtd":
         return q_out.transpose(1, 2), k_out.transpose(1, 2)
     return q_out, k_out
@@ -79,19 +90,25 @@ def test_forward_matches_reference(case, dtype):
 
 
 def test_fp32_weights_with_fp16_activations():
-    """Mixed precision: fp16 q and k, fp32 weights (their gradients come back in fp32)."""
+    """Mixed precision: fp16 q and k, fp32 weights."""
     q, k, w_q, w_k, cos, sin, opts = make_case("default", torch.float16, torch.float32)
     q_out, _ = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin)
     assert q_out.dtype == torch.float16
-    assert relative_error(q_out, reference(q, w_q, cos, sin, opts)) <= TOLERANCE[torch.float16]
+    assert (
+        relative_error(q_out, reference(q, w_q, cos, sin, opts))
+        <= TOLERANCE[torch.float16]
+    )
 
 
 def test_statistics_in_fp32_for_fp16():
-    """Rows whose squares overflow fp16 (|x| ~ 1000: x**2 ~ 1e6 > 65504) still normalise."""
+    """Rows whose squares overflow fp16 (|x| ~ 1000, x**2 ~ 1e6 > 65504) normalise."""
     q, k, w_q, w_k, cos, sin, opts = make_case("default", torch.float16)
     q, k = q * 1000, k * 1000
     q_out, k_out = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin)
-    assert relative_error(q_out, reference(q, w_q, cos, sin, opts)) <= TOLERANCE[torch.float16]
+    assert (
+        relative_error(q_out, reference(q, w_q, cos, sin, opts))
+        <= TOLERANCE[torch.float16]
+    )
 
 
 def _grads_of(fn, inputs, grads_out):
@@ -104,33 +121,60 @@ def test_backward_matches_reference(case):
     q, k, w_q, w_k, cos, sin, opts = make_case(case)
     inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
     dq_out, dk_out = randn(*q.shape), randn(*k.shape)
-    got = _grads_of(lambda q, k, w_q, w_k: ropetut.apply_qk_norm_rope(
-        q, k, w_q, w_k, cos, sin, **opts), inputs, (dq_out, dk_out))
+    got = _grads_of(
+        lambda q, k, w_q, w_k: ropetut.apply_qk_norm_rope(
+            q, k, w_q, w_k, cos, sin, **opts
+        ),
+        inputs,
+        (dq_out, dk_out),
+    )
     ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
-    expected = _grads_of(lambda q, k, w_q, w_k: (reference(q, w_q, cos, sin, opts),
-                                                 reference(k, w_k, cos, sin, opts)),
-                         ref_inputs, (dq_out.double(), dk_out.double()))
+    expected = _grads_of(
+        lambda q, k, w_q, w_k: (
+            reference(q, w_q, cos, sin, opts),
+            reference(k, w_k, cos, sin, opts),
+        ),
+        ref_inputs,
+        (dq_out.double(), dk_out.double()),
+    )
     for name, g, e in zip(("dq", "dk", "dw_q", "dw_k"), got, expected):
         assert g.dtype == torch.float32, name
         assert relative_error(g, e) <= 1e-5, name
 
 
-@pytest.mark.parametrize("case", ["default", "bhtd views", "partial, odd pass dims",
-                                  "interleaved", "positions (B, T)", "weight_offset (Gemma)"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "default",
+        "bhtd views",
+        "partial, odd pass dims",
+        "interleaved",
+        "positions (B, T)",
+        "weight_offset (Gemma)",
+    ],
+)
 def test_gradcheck_fp64(case):
     q, k, w_q, w_k, cos, sin, opts = make_case(case, torch.float64, b=1, t=3)
     inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
     assert torch.autograd.gradcheck(
-        lambda q, k, w_q, w_k: ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin, **opts),
-        inputs, fast_mode=True)
+        lambda q, k, w_q, w_k: ropetut.apply_qk_norm_rope(
+            q, k, w_q, w_k, cos, sin, **opts
+        ),
+        inputs,
+        fast_mode=True,
+    )
 
 
 def test_weight_gradients_are_deterministic():
     q, k, w_q, w_k, cos, sin, _ = make_case("odd shape D=96, H=3, T=17")
     inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
     grads_out = (randn(*q.shape), randn(*k.shape))
-    runs = [_grads_of(lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin), inputs, grads_out)
-            for _ in range(2)]
+    runs = [
+        _grads_of(
+            lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin), inputs, grads_out
+        )
+        for _ in range(2)
+    ]
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
@@ -157,7 +201,11 @@ BAD_INPUTS = {
     "eps nan": (_bad(eps=float("nan")), ValueError, "eps"),
     "eps a tensor": (_bad(eps=torch.tensor(1e-6)), TypeError, "eps"),
     "eps bool": (_bad(eps=True), TypeError, "eps"),
-    "weight_offset inf": (_bad(weight_offset=float("inf")), ValueError, "weight_offset"),
+    "weight_offset inf": (
+        _bad(weight_offset=float("inf")),
+        ValueError,
+        "weight_offset",
+    ),
     "k None": (_bad(k=None), TypeError, "k"),
     "k wrong head dim": (_bad(k="d8"), ValueError, "k"),
     "k heads not a divisor": (_bad(k="h3"), ValueError, "k"),
@@ -174,9 +222,15 @@ def test_bad_inputs_raise_naming_the_argument_before_any_write(case):
     q, k, w_q, w_k, cos, sin, _ = make_case("default")
     args = dict(q=q, k=k, w_q=w_q, w_k=w_k, cos=cos, sin=sin)
     kwargs = dict(inplace=True)
-    special = {"short": w_k[:-2], "int": w_q.long(), "2d": w_k[None],
-               "d8": k[..., :8], "h3": randn(B, T, 3, D), "narrow": cos[:, :-1],
-               "float": torch.zeros(T, device=ropetut.DEVICE)}
+    special = {
+        "short": w_k[:-2],
+        "int": w_q.long(),
+        "2d": w_k[None],
+        "d8": k[..., :8],
+        "h3": randn(B, T, 3, D),
+        "narrow": cos[:, :-1],
+        "float": torch.zeros(T, device=ropetut.DEVICE),
+    }
     for key, value in changes.items():
         value = special.get(value, value) if isinstance(value, str) else value
         (args if key in args else kwargs)[key] = value
@@ -186,13 +240,23 @@ def test_bad_inputs_raise_naming_the_argument_before_any_write(case):
     assert torch.equal(q, q_before) and torch.equal(k, k_before)
 
 
-@pytest.mark.parametrize("case", ["default", "bhtd views", "partial rotary",
-                                  "positions (B, T)", "weight_offset (Gemma)"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "default",
+        "bhtd views",
+        "partial rotary",
+        "positions (B, T)",
+        "weight_offset (Gemma)",
+    ],
+)
 def test_in_place_matches_out_of_place(case):
     q, k, w_q, w_k, cos, sin, opts = make_case(case)
     expected = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin, **opts)
     versions = q._version, k._version
-    q_out, k_out = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin, inplace=True, **opts)
+    q_out, k_out = ropetut.apply_qk_norm_rope(
+        q, k, w_q, w_k, cos, sin, inplace=True, **opts
+    )
     assert q_out.data_ptr() == q.data_ptr() and k_out.data_ptr() == k.data_ptr()
     assert torch.equal(q, expected[0]) and torch.equal(k, expected[1])
     assert q._version > versions[0] and k._version > versions[1]
@@ -218,9 +282,10 @@ def test_in_place_is_refused_when_a_gradient_is_needed(needs_grad):
     with pytest.raises(ValueError, match="inplace"):
         ropetut.apply_qk_norm_rope(*args.values(), cos, sin, inplace=True)
     assert torch.equal(q.detach(), q_before)
-    with torch.no_grad():   # no gradient to track: allowed
-        ropetut.apply_qk_norm_rope(*(t.detach() for t in args.values()), cos, sin,
-                                   inplace=True)
+    with torch.no_grad():  # no gradient to track: allowed
+        ropetut.apply_qk_norm_rope(
+            *(t.detach() for t in args.values()), cos, sin, inplace=True
+        )
 
 
 def test_in_place_refuses_a_weight_that_overlaps_q():
@@ -266,8 +331,17 @@ def _block(case):
 
 
 @pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
-@pytest.mark.parametrize("case", ["default", "bhtd views", "partial rotary", "interleaved",
-                                  "positions (B, T)", "weight_offset (Gemma)"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "default",
+        "bhtd views",
+        "partial rotary",
+        "interleaved",
+        "positions (B, T)",
+        "weight_offset (Gemma)",
+    ],
+)
 def test_compile_fullgraph_matches_eager(case, mode):
     block, inputs = _block(case)
     torch._dynamo.reset()
@@ -321,8 +395,9 @@ def test_module_in_attention():
     attention(x).sum().backward()
     assert rope.w_q.grad is not None and rope.w_q.grad.abs().sum() > 0
     q, k = randn(B, T, HQ, D), randn(B, T, HK, D)
-    expected = ropetut.apply_qk_norm_rope(q, k, rope.w_q, rope.w_k, rope.cos, rope.sin,
-                                          weight_offset=1.0)
+    expected = ropetut.apply_qk_norm_rope(
+        q, k, rope.w_q, rope.w_k, rope.cos, rope.sin, weight_offset=1.0
+    )
     for out, ref in zip(rope(q, k), expected):
         assert torch.equal(out, ref)
 
@@ -331,15 +406,19 @@ def test_reference_is_rms_norm_then_rope():
     """The reference composes a plain RMSNorm (unit rms rows) with rope_reference."""
     x, w = randn(2, 3, 2, 8, dtype=torch.float64), torch.ones(8, dtype=torch.float64)
     normed = rms_norm_reference(x, w, eps=0.0)
-    torch.testing.assert_close(normed.pow(2).mean(-1), torch.ones(2, 3, 2, dtype=torch.float64))
+    torch.testing.assert_close(
+        normed.pow(2).mean(-1), torch.ones(2, 3, 2, dtype=torch.float64)
+    )
     cos, sin = tables(8, 3)
-    torch.testing.assert_close(qk_norm_rope_reference(x, w, cos, sin, eps=0.0),
-                               rope_reference(normed, cos, sin))
+    torch.testing.assert_close(
+        qk_norm_rope_reference(x, w, cos, sin, eps=0.0),
+        rope_reference(normed, cos, sin),
+    )
 
 
 def dw_reference(x, dy, cos, sin, eps=1e-6):
-    """dw alone in fp64 (token t at row t of cos, sin): the sum over rows of the gradient
-    of the normed x (dy turned back by -theta) times the normed x."""
+    """dw alone in fp64 (token t at row t of cos, sin): the sum over rows of the
+    gradient of the normed x (dy turned back by -theta) times the normed x."""
     x = x.double().cpu()
     g = rope_reference(dy, cos, sin, inverse=True)
     return (g * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).sum((0, 1, 2))
@@ -355,9 +434,9 @@ def test_dw_reference_matches_autograd():
 
 @gpu_only
 def test_weight_gradient_over_a_million_rows():
-    """B*T*H >= 2**20 rows of D = 128: dw_q summed in fp32 per program, then over programs,
-    against fp64. The reference goes through T a slice at a time (its memory), each slice
-    with its own rows of the tables."""
+    """B*T*H >= 2**20 rows of D = 128: dw_q summed in fp32 per program, then over
+    programs, against fp64. The reference goes through T a slice at a time (its memory),
+    each slice with its own rows of the tables."""
     b, t, h, d = 4, 65536, 4, 128
     cos, sin = tables(d, t)
     q = randn(b, t, h, d, dtype=torch.bfloat16).requires_grad_()
@@ -369,7 +448,9 @@ def test_weight_gradient_over_a_million_rows():
     expected = torch.zeros(d, dtype=torch.float64)
     for start in range(0, t, 4096):
         rows = slice(start, start + 4096)
-        expected += dw_reference(q[:, rows].detach(), dq_out[:, rows], cos[rows], sin[rows])
+        expected += dw_reference(
+            q[:, rows].detach(), dq_out[:, rows], cos[rows], sin[rows]
+        )
     assert relative_error(dw_q, expected) <= 1e-5
 
 
@@ -378,15 +459,30 @@ def test_weight_gradient_over_a_million_rows():
 def test_bf16_forward_and_backward(case):
     q, k, w_q, w_k, cos, sin, opts = make_case(case, torch.bfloat16, torch.float32)
     q_out, k_out = run_poisoned(q, k, w_q, w_k, cos, sin, opts)
-    assert relative_error(q_out, reference(q, w_q, cos, sin, opts)) <= TOLERANCE[torch.bfloat16]
-    assert relative_error(k_out, reference(k, w_k, cos, sin, opts)) <= TOLERANCE[torch.bfloat16]
+    assert (
+        relative_error(q_out, reference(q, w_q, cos, sin, opts))
+        <= TOLERANCE[torch.bfloat16]
+    )
+    assert (
+        relative_error(k_out, reference(k, w_k, cos, sin, opts))
+        <= TOLERANCE[torch.bfloat16]
+    )
     inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
-    grads_out = (randn(*q.shape, dtype=torch.bfloat16), randn(*k.shape, dtype=torch.bfloat16))
-    got = _grads_of(lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin, **opts), inputs,
-                    grads_out)
+    grads_out = (
+        randn(*q.shape, dtype=torch.bfloat16),
+        randn(*k.shape, dtype=torch.bfloat16),
+    )
+    got = _grads_of(
+        lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin, **opts), inputs, grads_out
+    )
     ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
-    expected = _grads_of(lambda q, k, w_q, w_k: (reference(q, w_q, cos, sin, opts),
-                                                 reference(k, w_k, cos, sin, opts)),
-                         ref_inputs, tuple(g.double() for g in grads_out))
+    expected = _grads_of(
+        lambda q, k, w_q, w_k: (
+            reference(q, w_q, cos, sin, opts),
+            reference(k, w_k, cos, sin, opts),
+        ),
+        ref_inputs,
+        tuple(g.double() for g in grads_out),
+    )
     for g, e in zip(got, expected):
         assert relative_error(g, e) <= 2e-2

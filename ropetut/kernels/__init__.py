@@ -209,9 +209,11 @@ def _launch(q, k, q_out, k_out, options):
                           rotary_dim=options.rotary_dim, backward=options.backward)
 
 
-# Not a RoPE kernel of ``KERNELS`` (its launchers take weights and eps, and it has a backward
-# of its own): ``ropetut.qk_norm`` passes this record to ``validate.check_rope_args``, which
+# Not one of ``KERNELS`` (its launchers take weights and eps; it has its own backward):
+# ``ropetut.qk_norm_op`` passes this record to ``validate.check_rope_args``, which
 # refuses what it can't do by the same rules.
-QK_NORM_ROPE = Kernel("qk_norm_rope", qk_norm_rope_forward,
-                      Supports(pairs=("half", "interleaved"), positions=True, partial=True,
-                               inplace=True))
+QK_NORM_ROPE = Kernel(
+    "qk_norm_rope",
+    qk_norm_rope_forward,
+    Supports(pairs=("half", "interleaved"), positions=True, partial=True, inplace=True),
+)
