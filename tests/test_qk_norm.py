@@ -6,6 +6,7 @@ import torch
 from conftest import gpu_only, randn, tables
 
 import ropetut
+from ropetut import bench, bench_qk_norm
 from ropetut.check import TOLERANCE, relative_error
 from ropetut.kernels.qk_norm_rope import qk_norm_rope_forward
 from ropetut.qk_norm_op import check_qk_norm_args
@@ -486,3 +487,38 @@ def test_bf16_forward_and_backward(case):
     )
     for g, e in zip(got, expected):
         assert relative_error(g, e) <= 2e-2
+
+
+@pytest.mark.parametrize("name", ["fused", "liger", "torch eager"])
+@pytest.mark.parametrize("positions", [False, True], ids=["", "positions"])
+def test_bench_rows_build_and_compute_qk_norm_rope(name, positions):
+    """Each benchmark provider (tiny shapes, any device) computes QK-norm + RoPE, and
+    its training step the gradients of q, k, w_q and w_k. Timed on a GPU only. With the
+    same seed, providers draw the same weights and positions."""
+    if name == "liger" and bench_qk_norm.liger_pair() is None:
+        pytest.skip("liger_kernel is not installed")
+    shape = bench.Shape(2, 5, 4, 2, 16, dtype=torch.float32, positions=positions)
+    q, k, gq, gk = bench.make_inputs(shape, "fwd+bwd")
+    runs = {}
+    for provider in (name, "torch eager"):
+        torch.manual_seed(1)
+        fn, weights = bench_qk_norm.make_provider(provider, shape)
+        outputs = fn(q, k)
+        grads = bench_qk_norm.training_step(fn, weights)(q, k, gq, gk)
+        runs[provider] = (*outputs, *grads)
+    assert len(runs[name]) == 6  # q_out, k_out, dq, dk, dw_q, dw_k
+    for got, expected in zip(runs[name], runs["torch eager"]):
+        assert relative_error(got, expected) <= 1e-5
+    if not positions:  # the unfused module itself against the reference
+        cos, sin = tables(shape.D, shape.T)
+        torch.manual_seed(1)
+        _, (w_q, w_k) = bench_qk_norm.make_provider("torch eager", shape)
+        for out, x, w in zip(runs["torch eager"], (q, k), (w_q, w_k)):
+            assert relative_error(out, qk_norm_rope_reference(x, w, cos, sin)) <= 1e-5
+
+
+def test_bench_without_a_gpu_times_nothing(capsys):
+    if ropetut.on_gpu():
+        pytest.skip("on a GPU run() times every row: minutes")
+    assert bench_qk_norm.run() is None
+    assert "no GPU" in capsys.readouterr().out
