@@ -9,11 +9,13 @@ from .angles import apply_rope_angles
 from .packed import apply_rope_thd, packed_positions
 from .kernels import IMPLS, OPTIONAL_IMPLS
 from .modules import RoPEAttention, RotaryEmbedding
+from .qk_norm import QKNormRotary, apply_qk_norm_rope
 from .reference import LlmRotary, rope_reference, rope_rotate_half
 from .tables import half_truncated, partial, rope_tables, standard
 
 __all__ = [
-    "DEVICE", "IMPLS", "LlmRotary", "OPTIONAL_IMPLS", "RoPEAttention", "RotaryEmbedding", "apply_rope",
-    "apply_rope_angles", "apply_rope_thd", "half_truncated", "on_gpu", "packed_positions", "partial",
-    "pick", "rope_reference", "rope_rotate_half", "rope_tables", "runtime_mode", "standard",
+    "DEVICE", "IMPLS", "LlmRotary", "OPTIONAL_IMPLS", "QKNormRotary", "RoPEAttention",
+    "RotaryEmbedding", "apply_qk_norm_rope", "apply_rope", "apply_rope_angles",
+    "apply_rope_thd", "half_truncated", "on_gpu", "packed_positions", "partial", "pick",
+    "rope_reference", "rope_rotate_half", "rope_tables", "runtime_mode", "standard",
 ]

@@ -89,3 +89,23 @@ def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, pos
     out = torch.cat((y, rest), dim=-1)
     return out.transpose(1, 2) if layout == "bhtd" else out
 
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
+                       weight_offset: float = 0.0) -> torch.Tensor:
+    """Plain RMSNorm over the last dim in float64, on the CPU:
+    x / sqrt(mean(x**2) + eps) * (weight + weight_offset). Returns float64;
+    differentiable."""
+    x = x.double().cpu()
+    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x * rstd * (weight.double().cpu() + weight_offset)
+
+
+def qk_norm_rope_reference(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor,
+                           sin: torch.Tensor, *, eps: float = 1e-6,
+                           weight_offset: float = 0.0, layout: str = "bthd",
+                           **rope_options) -> torch.Tensor:
+    """``rope_reference(rms_norm_reference(x, weight))``: QK-norm then RoPE, in float64
+    on the CPU, for one of q and k. rope_options: positions, interleaved, rotary_dim."""
+    normed = rms_norm_reference(x, weight, eps=eps, weight_offset=weight_offset)
+    return rope_reference(normed, cos, sin, layout=layout, **rope_options)

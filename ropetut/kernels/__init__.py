@@ -26,6 +26,7 @@ import torch
 from ..runtime import on_gpu
 from .final import prepare_backward as _final_prepare_backward
 from .final import rope_final
+from .qk_norm_rope import qk_norm_rope_forward
 from .v1 import rope_v1
 from .v2 import rope_v2
 from .v3 import rope_v3
@@ -206,3 +207,13 @@ def _launch(q, k, q_out, k_out, options):
     options.kernel.launch(q, k, options.cos, options.sin, q_out, k_out,
                           positions=options.positions, interleaved=options.interleaved,
                           rotary_dim=options.rotary_dim, backward=options.backward)
+
+
+# Not one of ``KERNELS`` (its launchers take weights and eps; it has its own backward):
+# ``ropetut.qk_norm_op`` passes this record to ``validate.check_rope_args``, which
+# refuses what it can't do by the same rules.
+QK_NORM_ROPE = Kernel(
+    "qk_norm_rope",
+    qk_norm_rope_forward,
+    Supports(pairs=("half", "interleaved"), positions=True, partial=True, inplace=True),
+)

@@ -1,0 +1,206 @@
+"""Benchmark rows for issue 18: QK-RMSNorm + RoPE, fused against its unfused peers.
+
+``python -m ropetut.bench_qk_norm [--json PATH]`` times, on each of ``SHAPES``, side by
+side in one run, eager and from CUDA graphs, fwd and fwd+bwd (the gradients of q, k, w_q
+and w_k):
+
+- ``fused``: ``apply_qk_norm_rope``, one kernel each way;
+- ``liger``: Liger's RMSNorm on each head, then Liger's RoPE (two kernels each way);
+- ``torch eager``: the unfused PyTorch module (RMSNorm in fp32, then RoPE in fp32);
+- ``torch.compile``: that module compiled by Inductor;
+- ``copy (floor)``: a clone of q and k (fwd+bwd: of the gradients too).
+
+Inputs are laid out as Hugging Face's Qwen3 makes them: the projection viewed as
+(B, T, H, D), normalised there, and handed to RoPE as (B, H, T, D) views. The timers,
+inputs and table are ``ropetut.bench``'s; without a GPU nothing is timed.
+"""
+
+import argparse
+import json
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from . import bench
+from .qk_norm import apply_qk_norm_rope
+from .runtime import DEVICE, NO_GPU, on_gpu
+from .tables import rope_tables, standard
+
+FUSED, LIGER, EAGER, COMPILED = "fused", "liger", "torch eager", "torch.compile"
+PROVIDERS = (bench.COPY, FUSED, LIGER, EAGER, COMPILED)
+SHAPES = [
+    bench.Shape(4, 4096, 32, 8, 128),  # Qwen3-8B-like
+    bench.Shape(1, 32768, 32, 8, 128),  # Qwen3-8B-like, long
+    bench.Shape(1, 8192, 40, 8, 128),  # Qwen3-14B-like (axolotl #3680's shape)
+    bench.Shape(
+        64, 1, 32, 8, 128, positions=True
+    ),  # decode: one token, from a KV cache
+]
+EPS = 1e-6
+
+
+def liger_pair():
+    """(LigerRMSNormFunction, LigerRopeFunction), or None when liger_kernel does not
+    import."""
+    try:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.rope import LigerRopeFunction
+    except ImportError:
+        return None
+    return LigerRMSNormFunction, LigerRopeFunction
+
+
+def unfused(q, k, w_q, w_k, c, s):
+    """The PyTorch module: RMSNorm over D in fp32, times w, then half-split RoPE in
+    fp32, cast back once. q, k: (B, T, H, D); c, s: each token's table rows,
+    (B or 1, T, 1, D/2)."""
+
+    def norm(x, w):
+        x = x.float()
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w.float()
+
+    def rope(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+    return rope(norm(q, w_q)).type_as(q), rope(norm(k, w_k)).type_as(k)
+
+
+def make_provider(name: str, shape: bench.Shape):
+    """``fn(q, k) -> (q_out, k_out)`` on (B, T, H, D) tensors, with weights (requiring
+    grad) and tables built here, untimed. Returns (fn, (w_q, w_k))."""
+    n_rows = bench.N_POSITIONS if shape.positions else shape.T
+    cos, sin = rope_tables(standard(shape.D), n_rows, device=DEVICE)
+    if shape.positions:
+        pos = torch.randint(0, n_rows, (shape.B, shape.T), device=DEVICE)
+    else:  # positions 0..T-1, one (1, T) row shared by the batch
+        pos = torch.arange(shape.T, device=DEVICE)[None]
+    w_q, w_k = (1 + 0.1 * torch.randn(2, shape.D, device=DEVICE)).unbind()
+    weights = (w_q.requires_grad_(), w_k.requires_grad_())
+    if name == FUSED:
+        positions = pos if shape.positions else None
+        fn = partial(
+            apply_qk_norm_rope, w_q=w_q, w_k=w_k, cos=cos, sin=sin, positions=positions
+        )
+        return lambda q, k: fn(q, k), weights
+    if name in (EAGER, COMPILED):
+        c, s = cos[pos][:, :, None], sin[pos][:, :, None]
+        fn = partial(unfused, w_q=w_q, w_k=w_k, c=c, s=s)
+        if name == COMPILED:
+            torch._dynamo.reset()  # a fresh static-shape compile per shape
+            fn = torch.compile(fn, dynamic=False)
+        return lambda q, k: fn(q, k), weights
+    if name == LIGER:
+        rms_norm, rope = liger_pair()
+        # Full-width tables in the activations' dtype, (1, T, D) or rows at positions.
+        cos2 = torch.cat((cos, cos), -1).to(shape.dtype)
+        sin2 = torch.cat((sin, sin), -1).to(shape.dtype)
+        c, s = cos2[pos], sin2[pos]
+
+        def liger(q, k):  # HF's Qwen3: norm on (B, T, H, D), RoPE on (B, H, T, D) views
+            q = rms_norm.apply(q, w_q, EPS).transpose(1, 2)
+            k = rms_norm.apply(k, w_k, EPS).transpose(1, 2)
+            q_out, k_out = rope.apply(q, k, c, s)
+            return q_out.transpose(1, 2), k_out.transpose(1, 2)
+
+        return liger, weights
+    raise ValueError(f"name: must be one of {PROVIDERS[1:]}, got {name!r}")
+
+
+def training_step(fn, weights):
+    """Forward, then the gradients of q, k, w_q and w_k from output gradients gq, gk."""
+
+    def step(q, k, gq, gk):
+        return torch.autograd.grad(fn(q, k), (q, k, *weights), (gq, gk))
+
+    return step
+
+
+def measure(name, shape, mode, floor_ms, graph_floor_ms):
+    """One row, in ``bench.format_table``'s form; a provider that raises: its error."""
+    row = dict(
+        shape=shape.label,
+        tokens=shape.tokens,
+        provider=name,
+        mode=mode,
+        ms=None,
+        gbps=None,
+        pct_floor=None,
+        vs_liger=None,
+        graph_ms=None,
+        graph_pct_floor=None,
+        graph_vs_liger=None,
+        peak_mem_mb=None,
+        error=None,
+    )
+    inputs = partial(bench.make_inputs, shape, mode)
+    try:
+        if name == bench.COPY:
+            fn, ms, graphed = bench.copy, floor_ms, graph_floor_ms
+        else:
+            fn, weights = make_provider(name, shape)
+            fn = training_step(fn, weights) if mode == "fwd+bwd" else fn
+            ms = bench.time_ms(fn, make_inputs=inputs)
+            graphed = bench.graph_ms(fn, make_inputs=inputs)
+        row.update(
+            ms=ms,
+            gbps=bench.bytes_moved(shape, mode) / ms / 1e6,
+            pct_floor=floor_ms / ms * 100,
+            graph_ms=graphed,
+            graph_pct_floor=graph_floor_ms / graphed * 100,
+            peak_mem_mb=bench.peak_mem_mb(fn, inputs()),
+        )
+    except Exception as e:  # one failing peer must not end the benchmark
+        row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+    return row
+
+
+def run(shapes=SHAPES, providers=PROVIDERS, modes=bench.MODES):
+    """Every provider on every shape and mode, the copy floor first. Returns the rows,
+    or None without a GPU."""
+    if not on_gpu():
+        print(NO_GPU)
+        return None
+    providers = [p for p in providers if p != LIGER or liger_pair() is not None]
+    rows = []
+    for shape in shapes:
+        for mode in modes:
+            floor_ms = bench.copy_floor_ms(shape, mode)
+            graph_floor_ms = bench.copy_floor_ms(shape, mode, graphed=True)
+            rows += [
+                measure(p, shape, mode, floor_ms, graph_floor_ms) for p in providers
+            ]
+    for prefix in ("", "graph_"):
+        liger = {
+            (r["shape"], r["mode"]): r[prefix + "ms"]
+            for r in rows
+            if r["provider"] == LIGER and r[prefix + "ms"]
+        }
+        for r in rows:
+            key = (r["shape"], r["mode"])
+            if key in liger and r[prefix + "ms"]:
+                r[prefix + "vs_liger"] = r[prefix + "ms"] / liger[key]
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ropetut.bench_qk_norm", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--json", metavar="PATH", help="write {environment, rows} here")
+    args = parser.parse_args(argv)
+    rows = run()
+    if rows is None:
+        return 0
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(
+            json.dumps({"environment": bench.environment(), "rows": rows}, indent=1)
+        )
+    bench.print_table(rows)
+    return 1 if any(r["error"] and r["provider"] == FUSED for r in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

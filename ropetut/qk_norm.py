@@ -1,0 +1,153 @@
+"""``apply_qk_norm_rope``: RMSNorm each head of q and k, weight it, RoPE, in one kernel.
+
+The paths are ``apply_rope``'s: eagerly, an ``autograd.Function``
+(``QKNormRopeFunction``) whose forward and backward each launch one kernel, or a bare
+launch with no gradient to track; under ``torch.compile``, the operators of
+``ropetut.qk_norm_op``. Neither reads a tensor's values on the host, so neither waits
+for the GPU. ``QKNormRotary`` is the module for models.
+"""
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from .qk_norm_op import (
+    QKNormOptions,
+    check_qk_norm_args,
+    norm_rotate,
+    norm_rotate_backward,
+    qk_norm_rope_traced,
+)
+from .tables import PRESETS, rope_tables
+
+
+class QKNormRopeFunction(torch.autograd.Function):
+    """q: (B, T, Hq, D), k: (B, T, Hkv, D), any strides; w_q, w_k: (D,); ``options``: a
+    ``QKNormOptions`` (out of place: in place has no backward). Returns (q_out, k_out).
+    Saves q, k and the weights; the backward recomputes the norm from them (see
+    ``ropetut/kernels/qk_norm_rope.py``). Differentiable once."""
+
+    @staticmethod
+    def forward(ctx, q, k, w_q, w_k, options: QKNormOptions):
+        ctx.save_for_backward(q, k, w_q, w_k)
+        ctx.options = options
+        return norm_rotate(q, k, w_q, w_k, options)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dq_out, dk_out):
+        q, k, w_q, w_k = ctx.saved_tensors
+        grads = norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, ctx.options)
+        return (*grads, None)
+
+
+def apply_qk_norm_rope(
+    q,
+    k,
+    w_q,
+    w_k,
+    cos,
+    sin,
+    *,
+    eps=1e-6,
+    positions=None,
+    interleaved=False,
+    rotary_dim=None,
+    inplace=False,
+    weight_offset=0.0,
+    layout="bthd",
+):
+    """y = RoPE(RMSNorm(x) * (w + weight_offset)) for x = q with w_q and x = k with w_k,
+    the norm over each head's D dims (as Qwen3 and Gemma 3 do before RoPE).
+    Differentiable once in q, k, w_q and w_k; never waits for the GPU.
+
+    q: (B, T, Hq, D) for layout "bthd", (B, H, T, D) for "bhtd"; any strides.
+    k: like q with Hkv heads, Hq a multiple of Hkv (GQA).
+    w_q, w_k: (D,) weights, any float dtype (their gradients come back in it).
+    cos, sin: (n_positions, rotary_dim/2) tables, see ``ropetut.rope_tables``.
+    eps: added to the mean square, > 0. Statistics are computed in fp32 (fp64 for fp64).
+    positions, interleaved, rotary_dim, layout: as ``apply_rope``. With rotary_dim < D
+       the norm still covers all D dims; only the first rotary_dim turn.
+    weight_offset: 1.0 for Gemma's (1 + w) weights; 0.0 (default) for Qwen3's w.
+    inplace: overwrite q and k. Forward only: refused when q, k or a weight requires
+       grad (with grad enabled), since the backward needs the q and k it overwrites.
+    Returns (q_out, k_out), shaped and laid out like the inputs.
+    """
+    wants_grad = torch.is_grad_enabled() and any(
+        getattr(t, "requires_grad", False) for t in (q, k, w_q, w_k)
+    )
+    q4, k4, options = check_qk_norm_args(
+        q,
+        k,
+        w_q,
+        w_k,
+        cos,
+        sin,
+        positions,
+        eps=eps,
+        interleaved=interleaved,
+        rotary_dim=rotary_dim,
+        inplace=inplace,
+        weight_offset=weight_offset,
+        layout=layout,
+        wants_grad=wants_grad,
+    )
+    if torch.compiler.is_compiling():
+        q_out, k_out = qk_norm_rope_traced(q4, k4, w_q, w_k, options)
+    elif wants_grad:
+        q_out, k_out = QKNormRopeFunction.apply(q4, k4, w_q, w_k, options)
+    else:
+        q_out, k_out = norm_rotate(q4, k4, w_q, w_k, options)
+    if layout == "bhtd":
+        return q_out.transpose(1, 2), k_out.transpose(1, 2)
+    return q_out, k_out
+
+
+class QKNormRotary(nn.Module):
+    """Qwen3's q_norm and k_norm, then RoPE, as one module: two (D,) weights (ones, or
+    zeros with ``weight_offset=1.0``, Gemma's convention) and the cos/sin tables of
+    ``preset``. Called as ``rope(q, k, positions=...)``, so it fits
+    ``RoPEAttention(rope=...)``."""
+
+    def __init__(
+        self,
+        head_dim: int,
+        max_seq_len: int,
+        *,
+        eps: float = 1e-6,
+        weight_offset: float = 0.0,
+        preset: str = "standard",
+        base: float = 10000.0,
+        rotary_dim: int | None = None,
+        interleaved: bool = False,
+        layout: str = "bthd",
+    ):
+        super().__init__()
+        if preset not in PRESETS:
+            raise ValueError(f"preset: must be one of {tuple(PRESETS)}, got {preset!r}")
+        freqs = PRESETS[preset](rotary_dim or head_dim, base)
+        cos, sin = rope_tables(freqs, max_seq_len)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        init = torch.zeros if weight_offset else torch.ones
+        self.w_q = nn.Parameter(init(head_dim))
+        self.w_k = nn.Parameter(init(head_dim))
+        self.eps, self.weight_offset, self.rotary_dim = eps, weight_offset, rotary_dim
+        self.interleaved, self.layout = interleaved, layout
+
+    def forward(self, q, k, *, positions=None, inplace: bool = False):
+        return apply_qk_norm_rope(
+            q,
+            k,
+            self.w_q,
+            self.w_k,
+            self.cos,
+            self.sin,
+            eps=self.eps,
+            positions=positions,
+            interleaved=self.interleaved,
+            rotary_dim=self.rotary_dim,
+            inplace=inplace,
+            weight_offset=self.weight_offset,
+            layout=self.layout,
+        )

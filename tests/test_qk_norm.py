@@ -1,0 +1,524 @@
+"""Fused QK-RMSNorm + RoPE (issue 18): the kernels against the fp64 reference,
+gradients, the checks, in place, the operators under torch.compile, and the module."""
+
+import pytest
+import torch
+from conftest import gpu_only, randn, tables
+
+import ropetut
+from ropetut import bench, bench_qk_norm
+from ropetut.check import TOLERANCE, relative_error
+from ropetut.kernels.qk_norm_rope import qk_norm_rope_forward
+from ropetut.qk_norm_op import check_qk_norm_args
+from ropetut.reference import qk_norm_rope_reference, rms_norm_reference, rope_reference
+
+B, T, HQ, HK, D = 2, 5, 4, 2, 16
+CASES = {
+    "default": {},
+    "odd shape D=96, H=3, T=17": dict(T=17, HQ=3, HK=3, D=96),
+    "GQA 6/2": dict(HQ=6, HK=2),
+    "bhtd views": dict(layout="bhtd"),
+    "partial rotary": dict(rotary_dim=8),
+    "partial, odd pass dims": dict(D=20, rotary_dim=6),
+    "interleaved": dict(interleaved=True),
+    "positions (B, T)": dict(positions="bt"),
+    "positions (T,)": dict(positions="t"),
+    "weight_offset (Gemma)": dict(weight_offset=1.0),
+    "eps 1e-2": dict(eps=1e-2),
+}
+DTYPES = [torch.float32, torch.float16, torch.float64]
+
+
+def make_case(case, dtype=torch.float32, w_dtype=None, *, b=B, t=None):
+    """(q, k, w_q, w_k, cos, sin, options) in the caller's layout, for one of CASES."""
+    opts = dict(CASES[case])
+    t = t or opts.pop("T", T)
+    opts.pop("T", None)
+    hq, hk, d = opts.pop("HQ", HQ), opts.pop("HK", HK), opts.pop("D", D)
+    n_positions = 2 * t + 3
+    cos, sin = tables(d, n_positions, rotary_dim=opts.get("rotary_dim"))
+    if opts.get("positions") == "bt":
+        opts["positions"] = torch.randint(0, n_positions, (b, t), device=ropetut.DEVICE)
+    elif opts.get("positions") == "t":
+        opts["positions"] = torch.randperm(n_positions, device=ropetut.DEVICE)[:t]
+    bhtd = opts.get("layout") == "bhtd"
+
+    def shape(h):
+        return (b, h, t, d) if bhtd else (b, t, h, d)
+
+    q, k = randn(*shape(hq), dtype=dtype), randn(*shape(hk), dtype=dtype)
+    w_q = (1 + 0.5 * randn(d)).to(w_dtype or dtype)
+    w_k = (1 + 0.5 * randn(d)).to(w_dtype or dtype)
+    return q, k, w_q, w_k, cos, sin, opts
+
+
+def reference(x, w, cos, sin, opts):
+    return qk_norm_rope_reference(x, w, cos, sin, **opts)
+
+
+def run_poisoned(q, k, w_q, w_k, cos, sin, opts):
+    """The forward launcher into NaN-filled outputs: a forgotten element stays NaN."""
+    q4, k4, options = check_qk_norm_args(q, k, w_q, w_k, cos, sin, **opts)
+    q_out, k_out = torch.full_like(q4, float("nan")), torch.full_like(k4, float("nan"))
+    rope = options.rope
+    qk_norm_rope_forward(
+        q4,
+        k4,
+        w_q,
+        w_k,
+        rope.cos,
+        rope.sin,
+        q_out,
+        k_out,
+        positions=rope.positions,
+        eps=options.eps,
+        interleaved=rope.interleaved,
+        rotary_dim=rope.rotary_dim,
+        weight_offset=options.weight_offset,
+    )
+    if opts.get("layout") == "bhtd":
+        return q_out.transpose(1, 2), k_out.transpose(1, 2)
+    return q_out, k_out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES)
+def test_forward_matches_reference(case, dtype):
+    q, k, w_q, w_k, cos, sin, opts = make_case(case, dtype)
+    q_out, k_out = run_poisoned(q, k, w_q, w_k, cos, sin, opts)
+    assert relative_error(q_out, reference(q, w_q, cos, sin, opts)) <= TOLERANCE[dtype]
+    assert relative_error(k_out, reference(k, w_k, cos, sin, opts)) <= TOLERANCE[dtype]
+
+
+def test_fp32_weights_with_fp16_activations():
+    """Mixed precision: fp16 q and k, fp32 weights."""
+    q, k, w_q, w_k, cos, sin, opts = make_case("default", torch.float16, torch.float32)
+    q_out, _ = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin)
+    assert q_out.dtype == torch.float16
+    assert (
+        relative_error(q_out, reference(q, w_q, cos, sin, opts))
+        <= TOLERANCE[torch.float16]
+    )
+
+
+def test_statistics_in_fp32_for_fp16():
+    """Rows whose squares overflow fp16 (|x| ~ 1000, x**2 ~ 1e6 > 65504) normalise."""
+    q, k, w_q, w_k, cos, sin, opts = make_case("default", torch.float16)
+    q, k = q * 1000, k * 1000
+    q_out, k_out = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin)
+    assert (
+        relative_error(q_out, reference(q, w_q, cos, sin, opts))
+        <= TOLERANCE[torch.float16]
+    )
+
+
+def _grads_of(fn, inputs, grads_out):
+    return torch.autograd.grad(fn(*inputs), inputs, grads_out)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_backward_matches_reference(case):
+    """dq, dk, dw_q, dw_k in fp32 against autograd through the fp64 reference."""
+    q, k, w_q, w_k, cos, sin, opts = make_case(case)
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    dq_out, dk_out = randn(*q.shape), randn(*k.shape)
+    got = _grads_of(
+        lambda q, k, w_q, w_k: ropetut.apply_qk_norm_rope(
+            q, k, w_q, w_k, cos, sin, **opts
+        ),
+        inputs,
+        (dq_out, dk_out),
+    )
+    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    expected = _grads_of(
+        lambda q, k, w_q, w_k: (
+            reference(q, w_q, cos, sin, opts),
+            reference(k, w_k, cos, sin, opts),
+        ),
+        ref_inputs,
+        (dq_out.double(), dk_out.double()),
+    )
+    for name, g, e in zip(("dq", "dk", "dw_q", "dw_k"), got, expected):
+        assert g.dtype == torch.float32, name
+        assert relative_error(g, e) <= 1e-5, name
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "default",
+        "bhtd views",
+        "partial, odd pass dims",
+        "interleaved",
+        "positions (B, T)",
+        "weight_offset (Gemma)",
+    ],
+)
+def test_gradcheck_fp64(case):
+    q, k, w_q, w_k, cos, sin, opts = make_case(case, torch.float64, b=1, t=3)
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    assert torch.autograd.gradcheck(
+        lambda q, k, w_q, w_k: ropetut.apply_qk_norm_rope(
+            q, k, w_q, w_k, cos, sin, **opts
+        ),
+        inputs,
+        fast_mode=True,
+    )
+
+
+def test_weight_gradients_are_deterministic():
+    q, k, w_q, w_k, cos, sin, _ = make_case("odd shape D=96, H=3, T=17")
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    grads_out = (randn(*q.shape), randn(*k.shape))
+    runs = [
+        _grads_of(
+            lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin), inputs, grads_out
+        )
+        for _ in range(2)
+    ]
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_gradient_of_q_alone():
+    """k_out unused: autograd hands the backward zeros for it, and dk is zero."""
+    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+    q.requires_grad_(), k.requires_grad_()
+    q_out, _ = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin)
+    q_out.sum().backward()
+    assert torch.equal(k.grad, torch.zeros_like(k)) and q.grad.isfinite().all()
+
+
+def _bad(**changes):
+    return changes
+
+
+BAD_INPUTS = {
+    "w_q not a tensor": (_bad(w_q=1.0), TypeError, "w_q"),
+    "w_k wrong shape": (_bad(w_k="short"), ValueError, "w_k"),
+    "w_q integer": (_bad(w_q="int"), TypeError, "w_q"),
+    "w_k 2-D": (_bad(w_k="2d"), ValueError, "w_k"),
+    "eps zero": (_bad(eps=0.0), ValueError, "eps"),
+    "eps negative": (_bad(eps=-1e-6), ValueError, "eps"),
+    "eps nan": (_bad(eps=float("nan")), ValueError, "eps"),
+    "eps a tensor": (_bad(eps=torch.tensor(1e-6)), TypeError, "eps"),
+    "eps bool": (_bad(eps=True), TypeError, "eps"),
+    "weight_offset inf": (
+        _bad(weight_offset=float("inf")),
+        ValueError,
+        "weight_offset",
+    ),
+    "k None": (_bad(k=None), TypeError, "k"),
+    "k wrong head dim": (_bad(k="d8"), ValueError, "k"),
+    "k heads not a divisor": (_bad(k="h3"), ValueError, "k"),
+    "odd rotary_dim": (_bad(rotary_dim=7), ValueError, "rotary_dim"),
+    "cos wrong width": (_bad(cos="narrow"), ValueError, "cos"),
+    "positions float": (_bad(positions="float"), TypeError, "positions"),
+    "layout": (_bad(layout="thd"), ValueError, "layout"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_inputs_raise_naming_the_argument_before_any_write(case):
+    changes, error, name = BAD_INPUTS[case]
+    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+    args = dict(q=q, k=k, w_q=w_q, w_k=w_k, cos=cos, sin=sin)
+    kwargs = dict(inplace=True)
+    special = {
+        "short": w_k[:-2],
+        "int": w_q.long(),
+        "2d": w_k[None],
+        "d8": k[..., :8],
+        "h3": randn(B, T, 3, D),
+        "narrow": cos[:, :-1],
+        "float": torch.zeros(T, device=ropetut.DEVICE),
+    }
+    for key, value in changes.items():
+        value = special.get(value, value) if isinstance(value, str) else value
+        (args if key in args else kwargs)[key] = value
+    q_before, k_before = q.clone(), k.clone()
+    with pytest.raises(error, match=name):
+        ropetut.apply_qk_norm_rope(*args.values(), **kwargs)
+    assert torch.equal(q, q_before) and torch.equal(k, k_before)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "default",
+        "bhtd views",
+        "partial rotary",
+        "positions (B, T)",
+        "weight_offset (Gemma)",
+    ],
+)
+def test_in_place_matches_out_of_place(case):
+    q, k, w_q, w_k, cos, sin, opts = make_case(case)
+    expected = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin, **opts)
+    versions = q._version, k._version
+    q_out, k_out = ropetut.apply_qk_norm_rope(
+        q, k, w_q, w_k, cos, sin, inplace=True, **opts
+    )
+    assert q_out.data_ptr() == q.data_ptr() and k_out.data_ptr() == k.data_ptr()
+    assert torch.equal(q, expected[0]) and torch.equal(k, expected[1])
+    assert q._version > versions[0] and k._version > versions[1]
+
+
+def test_in_place_on_views_of_one_projection():
+    """q and k side by side in each row of one fused projection: no element shared."""
+    qk = randn(B, T, HQ + HK, D)
+    q, k = qk[:, :, :HQ], qk[:, :, HQ:]
+    _, _, w_q, w_k, cos, sin, _ = make_case("default")
+    expected = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin)
+    ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin, inplace=True)
+    assert torch.equal(q, expected[0]) and torch.equal(k, expected[1])
+
+
+@pytest.mark.parametrize("needs_grad", ["q", "k", "w_q", "w_k"])
+def test_in_place_is_refused_when_a_gradient_is_needed(needs_grad):
+    """Forward only: the backward needs q and k, which in place overwrites."""
+    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+    args = dict(q=q, k=k, w_q=w_q, w_k=w_k)
+    args[needs_grad] = args[needs_grad].requires_grad_()
+    q_before = q.detach().clone()
+    with pytest.raises(ValueError, match="inplace"):
+        ropetut.apply_qk_norm_rope(*args.values(), cos, sin, inplace=True)
+    assert torch.equal(q.detach(), q_before)
+    with torch.no_grad():  # no gradient to track: allowed
+        ropetut.apply_qk_norm_rope(
+            *(t.detach() for t in args.values()), cos, sin, inplace=True
+        )
+
+
+def test_in_place_refuses_a_weight_that_overlaps_q():
+    q, k, _, w_k, cos, sin, _ = make_case("default")
+    with pytest.raises(ValueError, match="w_q"):
+        ropetut.apply_qk_norm_rope(q, k, q[0, 0, 0], w_k, cos, sin, inplace=True)
+
+
+def test_positions_outside_the_table_give_nan_for_that_token_only():
+    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+    positions = torch.arange(T, device=ropetut.DEVICE)
+    positions[2] = cos.shape[0] + 5
+    q_out, _ = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin, positions=positions)
+    assert q_out[:, 2].isnan().all()
+    assert q_out[:, [0, 1, 3, 4]].isfinite().all()
+
+
+def test_empty_sequence():
+    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+    q, k = q[:, :0].requires_grad_(), k[:, :0].requires_grad_()
+    q_out, k_out = ropetut.apply_qk_norm_rope(q, k, w_q.requires_grad_(), w_k, cos, sin)
+    assert q_out.shape == q.shape and k_out.shape == k.shape
+    (q_out.sum() + k_out.sum()).backward()
+    assert torch.equal(w_q.grad, torch.zeros_like(w_q))
+
+
+def _block(case):
+    """A model's use: projections viewed as heads (GQA), then QK-norm + RoPE."""
+    _, _, w_q, w_k, cos, sin, opts = make_case(case)
+    bhtd = opts.get("layout") == "bhtd"
+
+    def block(x, w, w_q, w_k):
+        q = (x @ w[:, : HQ * D]).view(B, T, HQ, D)
+        k = (x @ w[:, HQ * D :]).view(B, T, HK, D)
+        if bhtd:
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+        q, k = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin, **opts)
+        return torch.cat([q.flatten(), k.flatten()])
+
+    x = randn(B, T, D)
+    w = (randn(D, (HQ + HK) * D) / D**0.5).requires_grad_()
+    return block, (x, w, w_q.requires_grad_(), w_k.requires_grad_())
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "default",
+        "bhtd views",
+        "partial rotary",
+        "interleaved",
+        "positions (B, T)",
+        "weight_offset (Gemma)",
+    ],
+)
+def test_compile_fullgraph_matches_eager(case, mode):
+    block, inputs = _block(case)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(block, fullgraph=True)  # a graph break would raise
+    if mode == "fwd":
+        with torch.no_grad():
+            assert relative_error(compiled(*inputs), block(*inputs)) <= 1e-6
+    else:
+        out, ref = compiled(*inputs), block(*inputs)
+        g = torch.randn_like(ref)
+        got = torch.autograd.grad(out, inputs[1:], g)
+        expected = torch.autograd.grad(ref, inputs[1:], g)
+        assert relative_error(out, ref) <= 1e-6
+        for a, b in zip(got, expected):
+            assert relative_error(a, b) <= 1e-5
+    assert not torch._dynamo.utils.counters["graph_break"]
+
+
+def test_in_place_under_compile():
+    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+    expected = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin)
+
+    def norm_rotate_in_place(q, k):
+        ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin, inplace=True)
+
+    torch._dynamo.reset()
+    torch.compile(norm_rotate_in_place, fullgraph=True)(q, k)
+    assert torch.equal(q, expected[0]) and torch.equal(k, expected[1])
+
+
+@pytest.mark.parametrize("op", ["qk_norm_rope", "qk_norm_rope_"])
+def test_opcheck(op):
+    """Schema, fake implementation and autograd registration agree with the operator."""
+    q, k, w_q, w_k, cos, sin, opts = make_case("positions (B, T)")
+    args = (w_q, w_k, cos, sin, opts["positions"], 1e-6, False, D, 0.0)
+    if op == "qk_norm_rope":
+        q, k, w_q, w_k = (t.requires_grad_() for t in (q, k, w_q, w_k))
+        args = (q, k, w_q, w_k, *args[2:])
+    else:
+        args = (q, k, *args)
+    torch.library.opcheck(getattr(torch.ops.ropetut, op).default, args)
+
+
+def test_module_in_attention():
+    """QKNormRotary fits RoPEAttention's rope hook, and matches apply_qk_norm_rope."""
+    rope = ropetut.QKNormRotary(D, 32, weight_offset=1.0).to(ropetut.DEVICE)
+    assert not rope.w_q.any() and not rope.w_k.any()  # zeros: (1 + w) starts at 1
+    attention = ropetut.RoPEAttention(HQ * D, HQ, HK, rope=rope).to(ropetut.DEVICE)
+    x = randn(B, T, HQ * D)
+    attention(x).sum().backward()
+    assert rope.w_q.grad is not None and rope.w_q.grad.abs().sum() > 0
+    q, k = randn(B, T, HQ, D), randn(B, T, HK, D)
+    expected = ropetut.apply_qk_norm_rope(
+        q, k, rope.w_q, rope.w_k, rope.cos, rope.sin, weight_offset=1.0
+    )
+    for out, ref in zip(rope(q, k), expected):
+        assert torch.equal(out, ref)
+
+
+def test_reference_is_rms_norm_then_rope():
+    """The reference composes a plain RMSNorm (unit rms rows) with rope_reference."""
+    x, w = randn(2, 3, 2, 8, dtype=torch.float64), torch.ones(8, dtype=torch.float64)
+    normed = rms_norm_reference(x, w, eps=0.0)
+    torch.testing.assert_close(
+        normed.pow(2).mean(-1), torch.ones(2, 3, 2, dtype=torch.float64)
+    )
+    cos, sin = tables(8, 3)
+    torch.testing.assert_close(
+        qk_norm_rope_reference(x, w, cos, sin, eps=0.0),
+        rope_reference(normed, cos, sin),
+    )
+
+
+def dw_reference(x, dy, cos, sin, eps=1e-6):
+    """dw alone in fp64 (token t at row t of cos, sin): the sum over rows of the
+    gradient of the normed x (dy turned back by -theta) times the normed x."""
+    x = x.double().cpu()
+    g = rope_reference(dy, cos, sin, inverse=True)
+    return (g * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).sum((0, 1, 2))
+
+
+def test_dw_reference_matches_autograd():
+    q, _, w_q, _, cos, sin, opts = make_case("default", torch.float64)
+    w_q = torch.ones_like(w_q).requires_grad_()
+    dy = randn(*q.shape, dtype=torch.float64)
+    (expected,) = torch.autograd.grad(reference(q, w_q, cos, sin, opts), w_q, dy)
+    torch.testing.assert_close(dw_reference(q, dy, cos, sin), expected)
+
+
+@gpu_only
+def test_weight_gradient_over_a_million_rows():
+    """B*T*H >= 2**20 rows of D = 128: dw_q summed in fp32 per program, then over
+    programs, against fp64. The reference goes through T a slice at a time (its memory),
+    each slice with its own rows of the tables."""
+    b, t, h, d = 4, 65536, 4, 128
+    cos, sin = tables(d, t)
+    q = randn(b, t, h, d, dtype=torch.bfloat16).requires_grad_()
+    k = randn(b, t, 1, d, dtype=torch.bfloat16)
+    w_q = torch.ones(d, device=ropetut.DEVICE, requires_grad=True)
+    dq_out = randn(b, t, h, d, dtype=torch.bfloat16)
+    q_out, _ = ropetut.apply_qk_norm_rope(q, k, w_q, torch.ones_like(w_q), cos, sin)
+    (dw_q,) = torch.autograd.grad(q_out, w_q, dq_out)
+    expected = torch.zeros(d, dtype=torch.float64)
+    for start in range(0, t, 4096):
+        rows = slice(start, start + 4096)
+        expected += dw_reference(
+            q[:, rows].detach(), dq_out[:, rows], cos[rows], sin[rows]
+        )
+    assert relative_error(dw_q, expected) <= 1e-5
+
+
+@gpu_only
+@pytest.mark.parametrize("case", CASES)
+def test_bf16_forward_and_backward(case):
+    q, k, w_q, w_k, cos, sin, opts = make_case(case, torch.bfloat16, torch.float32)
+    q_out, k_out = run_poisoned(q, k, w_q, w_k, cos, sin, opts)
+    assert (
+        relative_error(q_out, reference(q, w_q, cos, sin, opts))
+        <= TOLERANCE[torch.bfloat16]
+    )
+    assert (
+        relative_error(k_out, reference(k, w_k, cos, sin, opts))
+        <= TOLERANCE[torch.bfloat16]
+    )
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    grads_out = (
+        randn(*q.shape, dtype=torch.bfloat16),
+        randn(*k.shape, dtype=torch.bfloat16),
+    )
+    got = _grads_of(
+        lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin, **opts), inputs, grads_out
+    )
+    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    expected = _grads_of(
+        lambda q, k, w_q, w_k: (
+            reference(q, w_q, cos, sin, opts),
+            reference(k, w_k, cos, sin, opts),
+        ),
+        ref_inputs,
+        tuple(g.double() for g in grads_out),
+    )
+    for g, e in zip(got, expected):
+        assert relative_error(g, e) <= 2e-2
+
+
+@pytest.mark.parametrize("name", ["fused", "liger", "torch eager"])
+@pytest.mark.parametrize("positions", [False, True], ids=["", "positions"])
+def test_bench_rows_build_and_compute_qk_norm_rope(name, positions):
+    """Each benchmark provider (tiny shapes, any device) computes QK-norm + RoPE, and
+    its training step the gradients of q, k, w_q and w_k. Timed on a GPU only. With the
+    same seed, providers draw the same weights and positions."""
+    if name == "liger" and bench_qk_norm.liger_pair() is None:
+        pytest.skip("liger_kernel is not installed")
+    shape = bench.Shape(2, 5, 4, 2, 16, dtype=torch.float32, positions=positions)
+    q, k, gq, gk = bench.make_inputs(shape, "fwd+bwd")
+    runs = {}
+    for provider in (name, "torch eager"):
+        torch.manual_seed(1)
+        fn, weights = bench_qk_norm.make_provider(provider, shape)
+        outputs = fn(q, k)
+        grads = bench_qk_norm.training_step(fn, weights)(q, k, gq, gk)
+        runs[provider] = (*outputs, *grads)
+    assert len(runs[name]) == 6  # q_out, k_out, dq, dk, dw_q, dw_k
+    for got, expected in zip(runs[name], runs["torch eager"]):
+        assert relative_error(got, expected) <= 1e-5
+    if not positions:  # the unfused module itself against the reference
+        cos, sin = tables(shape.D, shape.T)
+        torch.manual_seed(1)
+        _, (w_q, w_k) = bench_qk_norm.make_provider("torch eager", shape)
+        for out, x, w in zip(runs["torch eager"], (q, k), (w_q, w_k)):
+            assert relative_error(out, qk_norm_rope_reference(x, w, cos, sin)) <= 1e-5
+
+
+def test_bench_without_a_gpu_times_nothing(capsys):
+    if ropetut.on_gpu():
+        pytest.skip("on a GPU run() times every row: minutes")
+    assert bench_qk_norm.run() is None
+    assert "no GPU" in capsys.readouterr().out
