@@ -146,6 +146,16 @@ def check_angle_args(q, k, inv_freq, positions, *, interleaved, rotary_dim, inpl
         raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors")
     if inplace:
         check_no_overlap(q4, k4, (("inv_freq", inv_freq), ("positions", positions)))
+        for name, t in (("q", q), ("k", k)):
+            if (
+                t is not None
+                and t.is_inference()
+                and not torch.is_inference_mode_enabled()
+            ):
+                raise ValueError(
+                    f"{name}: in place on an inference tensor outside "
+                    "torch.inference_mode(); torch forbids it: pass inplace=False"
+                )
         if wants_grad:
             for name, t in (("q", q), ("k", k)):
                 if t is not None and t.requires_grad:

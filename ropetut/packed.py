@@ -28,8 +28,9 @@ def packed_positions(
        holds tokens ``cu_seqlens[s]:cu_seqlens[s+1]``. Not read on the host.
     total_tokens: the packed tensor's length (its shape, known on the host).
     seqlen_offsets: an int, or (n_seqs,) integers: sequence s starts at that position.
-    A token at or past ``cu_seqlens[-1]`` (padding) gets position -1: ``apply_rope`` and
-    ``apply_rope_angles`` write NaN for it, never a plausible-looking rotation."""
+    A token at or past ``cu_seqlens[-1]`` (padding, e.g. to a static length for CUDA
+    graphs) gets position 0, a turn by 0: it passes through unchanged, and so does its
+    gradient (a NaN there would reach the weights through 0 x NaN)."""
     _check_cu_seqlens(cu_seqlens)
     if isinstance(total_tokens, bool) or not isinstance(total_tokens, int):
         raise TypeError(
@@ -44,7 +45,7 @@ def packed_positions(
     # sequence of each token: how many sequence ends lie at or before it
     seq = torch.searchsorted(starts[1:], token, right=True).clamp_(max=n_seqs - 1)
     position = token - starts.index_select(0, seq) + offsets.index_select(0, seq)
-    return torch.where(token < starts[-1], position, -1)
+    return torch.where(token < starts[-1], position, 0)
 
 
 def apply_rope_thd(

@@ -279,10 +279,19 @@ def configs(model_changes: dict, train_changes: dict, *, seed: int, tiny: bool =
 RUN_KEYS = ("name", "model", "train", "split", "final", "train_seconds", "tokens_per_s")
 
 
-def config_hash(model: dict, train: dict) -> str:
+def regime() -> str:
+    """How ``train`` runs here, beyond its configs: on a GPU in bf16 autocast with fused
+    AdamW, on a CPU in fp32. A run's hash includes it: a CPU run is not a GPU run."""
+    return "cuda, bf16 autocast, fused AdamW" if on_gpu() else "cpu, fp32"
+
+
+def config_hash(model: dict, train: dict, how: str | None = None) -> str:
     """12 hex digits of the sha256 of a run's full configuration (its model and training
-    configs as JSON with sorted keys)."""
-    text = json.dumps({"model": model, "train": train}, sort_keys=True)
+    configs and its regime, as JSON with sorted keys)."""
+    whole = {"model": model, "train": train}
+    if how is not None:  # records from before the regime was recorded have none
+        whole["regime"] = how
+    text = json.dumps(whole, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -292,7 +301,7 @@ def run_file(
     """Where the run of ``name`` with these configs is stored: its name, seed and
     configuration hash."""
     safe = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
-    digest = config_hash(model_config.to_dict(), asdict(train_config))
+    digest = config_hash(model_config.to_dict(), asdict(train_config), regime())
     return Path(out_dir) / f"{safe}__seed{train_config.seed}__{digest}.json"
 
 
@@ -312,7 +321,7 @@ def read_run(path) -> dict:
     )
     if missing:
         raise ValueError(f"{path}: not a run's record (no {', '.join(missing)})")
-    digest = config_hash(record["model"], record["train"])
+    digest = config_hash(record["model"], record["train"], record.get("regime"))
     if record.get("config_hash", digest) != digest:
         raise ValueError(
             f"{path}: its configuration hashes to {digest}, not to its "
@@ -324,15 +333,18 @@ def read_run(path) -> dict:
 def differences(
     record: dict, model_config: GPTConfig, train_config: TrainConfig
 ) -> str:
-    """What ``record``'s configuration has that these configs do not, as
-    'key: has (wanted)'."""
+    """What ``record``'s configuration has that these configs (and this machine's
+    regime) do not, as 'key: has (wanted)'."""
     wanted = {"model": model_config.to_dict(), "train": asdict(train_config)}
-    return ", ".join(
+    found = [
         f"{part}.{key}: {record[part].get(key)!r} (wanted {value!r})"
         for part in wanted
         for key, value in wanted[part].items()
         if key not in record[part] or record[part][key] != value
-    )
+    ]
+    if record.get("regime") != regime():
+        found.append(f"regime: {record.get('regime')!r} (wanted {regime()!r})")
+    return ", ".join(found)
 
 
 def find_run(path: Path, model_config, train_config, log=print) -> Path | None:
@@ -354,7 +366,10 @@ def find_run(path: Path, model_config, train_config, log=print) -> Path | None:
         except ValueError as error:
             log(f"not trusted: {error}")
             continue
-        if config_hash(record["model"], record["train"]) == digest:
+        if (
+            config_hash(record["model"], record["train"], record.get("regime"))
+            == digest
+        ):
             return candidate
         log(
             f"{candidate.name} is another configuration than {path.name} "
@@ -388,6 +403,15 @@ def claim(path: Path):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            yield False
+            return
+        # The holder deletes the file as it lets go: a lock taken on a file opened just
+        # before that deletion is a lock on nothing. Only the file at the path counts.
+        try:
+            current = os.stat(claim_path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != os.fstat(handle.fileno()).st_ino:
             yield False
             return
         try:
@@ -448,6 +472,7 @@ def run_all(
             record = train(
                 model_config, train_config, corpus=corpus, progress=False, name=name
             )
+            record["regime"] = regime()
             record["config_hash"] = path.stem.rsplit("__", 1)[1]
             if study is not None:
                 record["study"] = study
@@ -511,7 +536,10 @@ def summarize(runs: list[dict]) -> list[dict]:
         seeds = [r["train"]["seed"] for r in mine]
         if len(set(seeds)) != len(seeds):
             raise ValueError(f"runs: {name!r} holds a seed twice ({sorted(seeds)})")
-        unseeded = {config_hash(r["model"], {**r["train"], "seed": 0}) for r in mine}
+        unseeded = {
+            config_hash(r["model"], {**r["train"], "seed": 0}, r.get("regime"))
+            for r in mine
+        }
         if len(unseeded) > 1:
             raise ValueError(
                 f"runs: {name!r} holds runs of {len(unseeded)} configurations; "

@@ -209,6 +209,21 @@ def test_refusal_writes_nothing():
     assert torch.equal(q, before)
 
 
+def test_in_place_on_an_inference_tensor_is_refused_outside_inference_mode():
+    """As apply_rope and torch: an inference tensor is written in place only inside
+    torch.inference_mode(), and the refusal writes nothing."""
+    inv_freq, _ = scaling.default(16, device=DEV)
+    with torch.inference_mode():
+        q = randn(1, 4, 2, 16)
+    before = q.clone()
+    with pytest.raises(ValueError, match="^q: in place on an inference tensor"):
+        apply_rope_angles(q, None, inv_freq, inplace=True)
+    assert torch.equal(q, before)
+    with torch.inference_mode():
+        apply_rope_angles(q, None, inv_freq, inplace=True)
+    assert not torch.equal(q, before)
+
+
 @gpu_only
 def test_gpu_error_near_powers_of_two_with_the_gpus_sin_and_cos():
     """On the GPU, tl.sin and tl.cos are the device's: the same bound must hold."""

@@ -28,13 +28,19 @@ def test_offsets_for_decode_with_a_kv_cache():
     assert packed_positions(cu([2, 1]), 3, 5).tolist() == [5, 6, 5]
 
 
-def test_padding_past_the_last_sequence_gets_nan():
-    """A token past cu_seqlens[-1] gets position -1, so its output is NaN, not a
-    rotation."""
-    assert packed_positions(cu([2]), 4).tolist() == [0, 1, -1, -1]
+def test_padding_past_the_last_sequence_passes_through():
+    """A token past cu_seqlens[-1] gets position 0, a turn by 0: padding (to a static
+    length, for CUDA graphs) comes out unchanged, and its gradient too, so a padded batch
+    leaves the weights' gradients finite."""
+    assert packed_positions(cu([2]), 4).tolist() == [0, 1, 0, 0]
     cos, sin = tables(16, 4)
-    out = apply_rope_thd(randn(4, 2, 16), cos=cos, sin=sin, cu_seqlens=cu([2]))
-    assert out[:2].isfinite().all() and out[2:].isnan().all()
+    x = randn(4, 8)
+    w = randn(8, 2 * 16).requires_grad_()
+    q = (x @ w).view(4, 2, 16)
+    out = apply_rope_thd(q, cos=cos, sin=sin, cu_seqlens=cu([2]))
+    assert torch.equal(out[2:], q[2:])
+    out[:2].sum().backward()
+    assert w.grad.isfinite().all()
 
 
 def check_packed(

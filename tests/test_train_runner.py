@@ -32,7 +32,9 @@ def test_a_result_file_carries_its_configuration_hash_in_it_and_in_its_name(
 ):
     (path,) = study(tmp_path)[:1]
     record = json.loads(path.read_text())
-    assert record["config_hash"] == train.config_hash(record["model"], record["train"])
+    assert record["config_hash"] == train.config_hash(
+        record["model"], record["train"], record["regime"]
+    )
     assert record["config_hash"] in path.name
 
 
@@ -50,6 +52,15 @@ def test_resume_reruns_a_run_whose_configuration_differs_and_says_which(
 def test_resume_skips_a_run_whose_file_it_verified(tmp_path, two):
     study(tmp_path)
     assert study(tmp_path) == []
+
+
+def test_a_run_made_in_another_regime_is_rerun(tmp_path, two, monkeypatch, capsys):
+    """A CPU run's file does not stand for the same configuration on a GPU (bf16
+    autocast, fused AdamW), nor the other way round: the regime is in the hash."""
+    study(tmp_path)
+    monkeypatch.setattr(train, "regime", lambda: "cuda, bf16 autocast, fused AdamW")
+    assert len(study(tmp_path)) == 2
+    assert "regime: 'cpu, fp32'" in capsys.readouterr().out
 
 
 def test_single_configurations_do_not_overwrite_each_other(tmp_path):
@@ -169,3 +180,22 @@ def test_the_committed_study_still_loads_and_resumes_as_legacy(tmp_path, two):
     legacy = path.with_name("NoPE__seed0.json")
     path.rename(legacy)
     assert study(tmp_path) == []
+
+
+def test_a_lock_on_a_claim_file_deleted_meanwhile_claims_nothing(tmp_path, monkeypatch):
+    """Runner B opens the claim file just before its holder deletes it and lets go: B's
+    lock is then on a file no one else can see, and a third runner could claim the run
+    too. B must see that and claim nothing."""
+    path = tmp_path / "run.json"
+    lock = train.fcntl.flock
+
+    def flock_just_after_the_holder_let_go(handle, operation):
+        (tmp_path / "run.json.claim").unlink()
+        lock(handle, operation)
+
+    monkeypatch.setattr(train.fcntl, "flock", flock_just_after_the_holder_let_go)
+    with train.claim(path) as claimed:
+        assert claimed is False
+    monkeypatch.undo()
+    with train.claim(path) as claimed:
+        assert claimed is True

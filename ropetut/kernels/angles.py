@@ -7,7 +7,7 @@ What it changes from ``final``, and why:
 - the angle is exact before its last roundings. In float32, ``position * inv_freq``
   loses the angle's low bits as soon as the product is large: at position 2**24 one fp32
   ulp of the angle is 2 radians. So the kernel works in turns (angle / 2pi), where a
-  whole turn is exactly 1 and reducing mod 1 is exact (``x - floor(x)``):
+  whole turn is exactly 1 and reducing mod 1 is exact (``x - floor(x + 1/2)``):
   - the host divides inv_freq by 2pi in fp64 and splits it into fp32 words, three of 12
     significant bits (``turn_words``);
   - the kernel splits the position into three 12-bit integer parts;
@@ -51,13 +51,15 @@ def _add_exactly(hi, lo, x):
 
 @triton.jit
 def _fraction(x):
-    """x mod 1, exactly (floor(x) has no more significant bits than x)."""
-    return x - tl.floor(x)
+    """x less its nearest integer, in [-1/2, 1/2]: exact (Sterbenz) but where x + 1/2
+    rounds up to the next integer, which costs at most 2**-26 turn. (x - floor(x) is not
+    exact for x in (-1, 0): x + 1 needs more bits than x has.)"""
+    return x - tl.floor(x + 0.5)
 
 
 @triton.jit
 def _fraction_of_turns(words_ptr, i, HALF, pos):
-    """position * inv_freq / 2pi mod 1 as float-float (hi, lo), hi in [0, 6).
+    """position * inv_freq / 2pi mod 1 as float-float (hi, lo), hi in [-3, 3].
 
     Six products of a 12-bit position part and a 12-bit word are exact, and so are their
     fractions; the three that are left are at most inv_freq / 2pi in size, so rounding
