@@ -1,0 +1,234 @@
+"""Table-free RoPE's checks, and its operators: what ``torch.compile`` sees.
+
+- ``check_angle_args``: ``validate.check_rope_args`` with frequencies in place of the
+  tables; ``TypeError``/``ValueError`` naming the argument, before anything is written.
+  It never reads a tensor's values (no wait for the GPU).
+- ``torch.ops.ropetut.rope_angles``: out of place, returns (q_out, k_out),
+  differentiable, twice too: its backward is the operator turning by -theta;
+- ``torch.ops.ropetut.rope_angles_``: in place, declares that it writes q and k.
+  Autograd cannot go through an operator that mutates its inputs: no gradient.
+
+As in ``ropetut.op``: q and k are (B, T, H, D) views, any strides; each operator
+validates its arguments as ``apply_rope_angles`` does, and has a fake implementation
+(the outputs' shapes, strides and dtypes, computed without launching anything), so the
+compiler traces around it as one opaque node. The operators take inv_freq and compute
+the kernel's words (``turn_words``) themselves. ``apply_rope_angles`` calls them only
+when it is being traced, and the launcher directly otherwise.
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .kernels.angles import rope_angles as launch_angles
+from .kernels.angles import turn_words
+from .runtime import DEVICE, INTERPRETED
+from .validate import (
+    LAYOUTS,
+    _as_bthd,
+    _check_tensor,
+    _has_memory,
+    check_autograd_allows_inplace,
+    check_no_overlap,
+)
+
+
+def check_angle_args(q, k, inv_freq, positions, *, interleaved, rotary_dim, inplace,
+                     layout, wants_grad):  # fmt: skip
+    """As ``validate.check_rope_args``, with inv_freq for the tables: TypeError or
+    ValueError naming the argument, before anything is written; it never reads a
+    tensor's values. Returns (q, k) as (B, T, H, D) views and the options tuple,
+    (positions as (B, T) or None, interleaved, rotary_dim, inplace, backward=False).
+    wants_grad: autograd will record this call (in place, its refusals are checked)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: must be one of {LAYOUTS}, got {layout!r}")
+    for name, flag in (("interleaved", interleaved), ("inplace", inplace)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: must be a bool, got {type(flag).__name__}")
+    _check_tensor(q, "q", layout)
+    q4 = _as_bthd(q, layout)
+    B, T, Hq, D = q4.shape
+    k4 = None
+    if k is not None:
+        _check_tensor(k, "k", layout)
+        if k.dtype != q.dtype:
+            raise TypeError(f"k: dtype {k.dtype} differs from q's {q.dtype}")
+        k4 = _as_bthd(k, layout)
+        if (k4.shape[0], k4.shape[1], k4.shape[3]) != (B, T, D):
+            raise ValueError(f"k: (batch, seq, head_dim) must match q's {(B, T, D)}")
+        if k4.shape[2] and Hq % k4.shape[2]:
+            raise ValueError(
+                f"k: q's {Hq} heads are not a multiple of k's {k4.shape[2]}"
+            )
+    R = D if rotary_dim is None else rotary_dim
+    if isinstance(R, bool) or not isinstance(R, int):
+        raise TypeError(f"rotary_dim: must be an int, got {type(R).__name__}")
+    if R <= 0 or R % 2 or R > D:
+        raise ValueError(f"rotary_dim: must be even and in [2, D={D}], got {R}")
+    if not isinstance(inv_freq, torch.Tensor):
+        raise TypeError(
+            f"inv_freq: must be a torch.Tensor, got {type(inv_freq).__name__}"
+        )
+    if inv_freq.dtype not in (torch.float32, torch.float64):
+        raise TypeError(
+            f"inv_freq: dtype must be float32 or float64, got {inv_freq.dtype}"
+        )
+    if tuple(inv_freq.shape) != (R // 2,):
+        raise ValueError(
+            f"inv_freq: must be (rotary_dim/2,) = {(R // 2,)}, got "
+            f"{tuple(inv_freq.shape)}"
+        )
+    if inv_freq.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            "inv_freq: requires grad, but no gradient flows to it; detach it"
+        )
+    if positions is not None:
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(
+                f"positions: must be a torch.Tensor, got {type(positions).__name__}"
+            )
+        if positions.dtype not in (torch.int32, torch.int64):
+            raise TypeError(
+                f"positions: dtype must be int32 or int64, got {positions.dtype}"
+            )
+        if tuple(positions.shape) not in ((T,), (B, T)):
+            raise ValueError(
+                f"positions: shape must be (T,) = {(T,)} or (B, T) = {(B, T)}, got "
+                f"{tuple(positions.shape)}"
+            )
+    for name, t in (("k", k), ("inv_freq", inv_freq), ("positions", positions)):
+        if t is not None and t.device != q.device:
+            raise ValueError(f"{name}: on {t.device}, but q is on {q.device}")
+    if q.device.type != DEVICE.type:
+        mode = "Triton's interpreter" if INTERPRETED else "compiled GPU kernels"
+        raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors")
+    if inplace:
+        check_no_overlap(q4, k4, (("inv_freq", inv_freq), ("positions", positions)))
+        for name, t in (
+            ("q", q),
+            ("k", k),
+        ):  # (a traced graph has no inference tensors)
+            if (
+                t is not None
+                and _has_memory(t)
+                and t.is_inference()
+                and not torch.is_inference_mode_enabled()
+            ):
+                raise ValueError(
+                    f"{name}: in place on an inference tensor outside "
+                    "torch.inference_mode(); torch forbids it: pass inplace=False"
+                )
+        if wants_grad and _has_memory(q):  # (traced: the graph's copy_ checks instead)
+            for name, t in (("q", q), ("k", k)):
+                if t is not None and t.requires_grad:
+                    check_autograd_allows_inplace(t, name)
+    positions = None if positions is None else positions.expand(B, T)
+    return q4, k4, (positions, interleaved, R, inplace, False)
+
+
+def rotate_angles(q, k, words, options):
+    """Allocate the outputs (none in place) and launch; returns (q_out, k_out). q, k and
+    options come from ``check_angle_args``; words: ``turn_words(inv_freq, q.dtype)``. An
+    empty q or k launches nothing for it. In place, q's and k's version counters are
+    bumped, as torch's own in-place ops bump them."""
+    positions, interleaved, rotary_dim, inplace, backward = options
+    q_out = q if inplace else torch.empty_like(q)
+    k_out = None if k is None else (k if inplace else torch.empty_like(k))
+    pairs = [(x, x_out) for x, x_out in ((q, q_out), (k, k_out)) if x is not None]
+    pairs = [(x, x_out) for x, x_out in pairs if x.numel()]
+    if pairs:
+        (x, x_out), *rest = pairs
+        y, y_out = rest[0] if rest else (None, None)
+        launch_angles(x, y, words, x_out, y_out, positions=positions,
+                    interleaved=interleaved, rotary_dim=rotary_dim,
+                    backward=backward)  # fmt: skip
+    if inplace:
+        torch.autograd.graph.increment_version(q if k is None else (q, k))
+    return q_out, k_out
+
+
+def _validated(q, k, inv_freq, positions, interleaved, rotary_dim, inplace, backward):
+    """The operator's arguments, checked as ``apply_rope_angles`` checks them: (q, k,
+    options), q and k (B, T, H, D)."""
+    q, k, options = check_angle_args(
+        q, k, inv_freq, positions, interleaved=interleaved, rotary_dim=rotary_dim,
+        inplace=inplace, layout="bthd", wants_grad=False,
+    )  # fmt: skip
+    return q, k, (*options[:4], backward)
+
+
+# The schema is read from the type hints. An operator returns a fixed number of tensors,
+# so without k the second output is an empty tensor.
+@torch.library.custom_op("ropetut::rope_angles", mutates_args=())
+def rope_angles(q: Tensor, k: Optional[Tensor], inv_freq: Tensor,
+                positions: Optional[Tensor], interleaved: bool, rotary_dim: int,
+                backward: bool) -> tuple[Tensor, Tensor]:  # fmt: skip
+    q, k, options = _validated(
+        q, k, inv_freq, positions, interleaved, rotary_dim, False, backward
+    )
+    q_out, k_out = rotate_angles(q, k, turn_words(inv_freq, q.dtype), options)
+    return q_out, q.new_empty(0) if k_out is None else k_out
+
+
+@rope_angles.register_fake
+def _(q, k, inv_freq, positions, interleaved, rotary_dim, backward):
+    _validated(q, k, inv_freq, positions, interleaved, rotary_dim, False, backward)
+    return torch.empty_like(q), q.new_empty(0) if k is None else torch.empty_like(k)
+
+
+def _save_for_backward(ctx, inputs, output):
+    _, k, inv_freq, positions, interleaved, rotary_dim, backward = inputs
+    if ctx.needs_input_grad[2]:  # as apply_rope_angles refuses it
+        raise ValueError(
+            "inv_freq: requires grad, but no gradient flows to it; detach it"
+        )
+    ctx.save_for_backward(inv_freq, positions)
+    ctx.options = (k is not None, interleaved, rotary_dim, backward)
+
+
+def _backward(ctx, dq, dk):
+    """The gradient of a turn by theta is the turn by -theta: ``rope_angles`` again, so
+    differentiable."""
+    inv_freq, positions = ctx.saved_tensors
+    has_k, interleaved, rotary_dim, backward = ctx.options
+    dq_in, dk_in = rope_angles(dq, dk if has_k else None, inv_freq, positions,
+                               interleaved, rotary_dim, not backward)  # fmt: skip
+    return dq_in, dk_in if has_k else None, None, None, None, None, None
+
+
+rope_angles.register_autograd(_backward, setup_context=_save_for_backward)
+
+
+@torch.library.custom_op("ropetut::rope_angles_", mutates_args=("q", "k"))
+def rope_angles_(q: Tensor, k: Optional[Tensor], inv_freq: Tensor,
+                 positions: Optional[Tensor], interleaved: bool,
+                 rotary_dim: int) -> None:  # fmt: skip
+    q, k, options = _validated(
+        q, k, inv_freq, positions, interleaved, rotary_dim, True, False
+    )
+    rotate_angles(q, k, turn_words(inv_freq, q.dtype), options)
+
+
+@rope_angles_.register_fake
+def _(q, k, inv_freq, positions, interleaved, rotary_dim):
+    _validated(q, k, inv_freq, positions, interleaved, rotary_dim, True, False)
+
+
+def rope_angles_traced(q, k, inv_freq, options, wants_grad):
+    """What ``apply_rope_angles`` calls under ``torch.compile``, on validated
+    (B, T, H, D) views."""
+    positions, interleaved, rotary_dim, inplace, _ = options
+    if inplace and not wants_grad:
+        rope_angles_(q, k, inv_freq, positions, interleaved, rotary_dim)
+        return q, k
+    q_out, k_out = rope_angles(
+        q, k, inv_freq, positions, interleaved, rotary_dim, False
+    )
+    k_out = None if k is None else k_out
+    if inplace:  # with a gradient, autograd cannot go through rope_angles_: copy back
+        q.copy_(q_out)
+        if k is not None:
+            k.copy_(k_out)
+        return q, k
+    return q_out, k_out
