@@ -1,4 +1,5 @@
-"""Command line: ``python -m ropetut check``, ``python -m ropetut bench`` and ``python -m ropetut train``."""
+"""Command line: ``python -m ropetut`` check, bench, bench-qk-norm and train."""
+
 import argparse
 import sys
 
@@ -8,18 +9,34 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("check", help="every kernel version against the float64 reference")
     # bench parses its own options (python -m ropetut bench -h lists them)
-    sub.add_parser("bench", add_help=False, help="time versions and peers against the copy floor")
-    sub.add_parser("train", add_help=False, help="train the tiny GPT: one configuration or a study")
+    sub.add_parser(
+        "bench", add_help=False, help="time versions and peers against the copy floor"
+    )
+    sub.add_parser(
+        "bench-qk-norm",
+        add_help=False,
+        help="fused QK-norm + RoPE against its unfused peers (issue 18)",
+    )
+    sub.add_parser(
+        "train", add_help=False, help="train the tiny GPT: one configuration or a study"
+    )
     args, rest = parser.parse_known_args(argv)
     if args.command == "bench":
         from .bench import main as bench_main
+
         return bench_main(rest)
+    if args.command == "bench-qk-norm":
+        from .bench_qk_norm import main as bench_qk_norm_main
+
+        return bench_qk_norm_main(rest)
     if args.command == "train":
         from .train import main as train_main
+
         return train_main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     from .check import main as check_main
+
     return check_main()
 
 

@@ -1,6 +1,6 @@
 """Benchmark rows for issue 18: QK-RMSNorm + RoPE, fused against its unfused peers.
 
-``python -m ropetut.bench_qk_norm [--json PATH]`` times, on each of ``SHAPES``, side by
+``python -m ropetut bench-qk-norm [--json PATH]`` times, on each of ``SHAPES``, side by
 side in one run, eager and from CUDA graphs, fwd and fwd+bwd (the gradients of q, k, w_q
 and w_k):
 
@@ -186,7 +186,7 @@ def run(shapes=SHAPES, providers=PROVIDERS, modes=bench.MODES):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ropetut.bench_qk_norm", description=__doc__.split("\n")[0]
+        prog="python -m ropetut bench-qk-norm", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--json", metavar="PATH", help="write {environment, rows} here")
     args = parser.parse_args(argv)

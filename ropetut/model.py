@@ -20,6 +20,14 @@ and two switches reproduce two of the seed's three confounds (the third, the dat
   rope then turns every token by its *head's* index, which carries no position (chapter 7).
 - ``detach_rope``: no gradient through the rotation, as the seed's Triton path, whose output was
   a fresh tensor with no grad: W_q and W_k then learn nothing through the attention scores.
+
+``qk_norm`` (issue 18) puts Qwen3's RMSNorm over each head of q and k before the rope,
+with weights w_q and w_k of size head_dim in each attention block:
+
+- ``"none"`` (default): no norm, the model as it always was;
+- ``"fused"``: norm and rotation in one kernel, ``ropetut.QKNormRotary``
+  (``rope="final"`` only);
+- ``"unfused"``: ``ropetut.qk_norm.QKNormThenRope``, a plain norm, then the usual rope.
 """
 import math
 from dataclasses import asdict, dataclass, fields
@@ -30,11 +38,14 @@ from torch import nn
 
 from .kernels import IMPLS, KERNELS
 from .modules import RoPEAttention, RotaryEmbedding
+from .qk_norm import QKNormRotary, QKNormThenRope
 from .reference import LlmRotary
 from .tables import PRESETS
 
 ROPES = ("none", "torch", *IMPLS)
 ROPE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+QK_NORMS = ("none", "fused", "unfused")
+QK_NORM_EPS = 1e-6                       # Qwen3's
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,7 @@ class GPTConfig:
     negative_angle: bool | None = None   # None: True for "torch" (the seed turns by -theta), else False
     rotate_by_head_index: bool = False   # confound 2
     detach_rope: bool = False            # confound 1
+    qk_norm: str = "none"                # "fused"/"unfused": norm q's, k's heads first
 
     def __post_init__(self):
         if self.rope not in ROPES:
@@ -74,6 +86,13 @@ class GPTConfig:
         if seed_rope and (self.preset != "half_truncated" or not self.negative_angle):
             raise ValueError("rope: 'torch' is the seed's LlmRotary, which only has preset="
                              "'half_truncated' and negative_angle=True")
+        if self.qk_norm not in QK_NORMS:
+            raise ValueError(
+                f"qk_norm: must be one of {QK_NORMS}, got {self.qk_norm!r}")
+        if self.qk_norm == "fused" and self.rope != "final":
+            raise ValueError(
+                "qk_norm: 'fused' is the final kernel's rotation with the norm in "
+                f"front; it needs rope='final', got rope={self.rope!r}")
 
     @property
     def head_dim(self) -> int:
@@ -86,7 +105,12 @@ class GPTConfig:
         return GPTConfig(**{**values, **changes})
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The config as stored with a run. Without a QK norm, as it was before the
+        switch existed: the stored runs keep their hashes."""
+        values = asdict(self)
+        if self.qk_norm == "none":
+            del values["qk_norm"]
+        return values
 
 
 class NoRope(nn.Module):
@@ -129,19 +153,25 @@ class RopeCall(nn.Module):
 
 
 def make_rope(config: GPTConfig) -> nn.Module:
-    """The rope module ``config`` names, wrapped in its ``RopeCall``."""
+    """The rope module ``config`` names, its QK norm first if any, in a ``RopeCall``."""
     dtype = ROPE_DTYPES[config.rope_dtype]
     if config.rope == "none":
         rope = NoRope()
     elif config.rope == "torch":
         rope = SeedRope(config.head_dim, config.max_seq_len, config.base, dtype)
+    elif config.qk_norm == "fused":
+        # the final kernel's half-split rotation, the norm in front: one kernel each way
+        rope = QKNormRotary(config.head_dim, config.max_seq_len, eps=QK_NORM_EPS,
+                            preset=config.preset, base=config.base, table_dtype=dtype)
     else:
         # the kernel's own pairing (v1 has only interleaved pairs): for training either will do
         rope = RotaryEmbedding(config.head_dim, config.max_seq_len, preset=config.preset,
                                base=config.base, table_dtype=dtype, impl=config.rope,
                                interleaved=not KERNELS[config.rope].half_split)
-        if config.negative_angle:
-            rope.sin.neg_()        # turning by -theta is turning by theta with sin negated
+    if config.rope in IMPLS and config.negative_angle:
+        rope.sin.neg_()  # turning by -theta is turning by theta with sin negated
+    if config.qk_norm == "unfused":
+        rope = QKNormThenRope(config.head_dim, rope, eps=QK_NORM_EPS)
     return RopeCall(rope, rotate_by_head_index=config.rotate_by_head_index, detach=config.detach_rope)
 
 

@@ -4,10 +4,12 @@ The paths are ``apply_rope``'s: eagerly, an ``autograd.Function``
 (``QKNormRopeFunction``) whose forward and backward each launch one kernel, or a bare
 launch with no gradient to track; under ``torch.compile``, the operators of
 ``ropetut.qk_norm_op``. Neither reads a tensor's values on the host, so neither waits
-for the GPU. ``QKNormRotary`` is the module for models.
+for the GPU. ``QKNormRotary`` is the module for models; ``QKNormThenRope`` is the
+unfused pair it replaces (a norm, then any rope module), for comparison.
 """
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
@@ -106,8 +108,8 @@ def apply_qk_norm_rope(
 class QKNormRotary(nn.Module):
     """Qwen3's q_norm and k_norm, then RoPE, as one module: two (D,) weights (ones, or
     zeros with ``weight_offset=1.0``, Gemma's convention) and the cos/sin tables of
-    ``preset``. Called as ``rope(q, k, positions=...)``, so it fits
-    ``RoPEAttention(rope=...)``."""
+    ``preset``, stored in ``table_dtype``. Called as ``rope(q, k, positions=...)``, so
+    it fits ``RoPEAttention(rope=...)``."""
 
     def __init__(
         self,
@@ -121,12 +123,13 @@ class QKNormRotary(nn.Module):
         rotary_dim: int | None = None,
         interleaved: bool = False,
         layout: str = "bthd",
+        table_dtype: torch.dtype = torch.float32,
     ):
         super().__init__()
         if preset not in PRESETS:
             raise ValueError(f"preset: must be one of {tuple(PRESETS)}, got {preset!r}")
         freqs = PRESETS[preset](rotary_dim or head_dim, base)
-        cos, sin = rope_tables(freqs, max_seq_len)
+        cos, sin = rope_tables(freqs, max_seq_len, dtype=table_dtype)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         init = torch.zeros if weight_offset else torch.ones
@@ -151,3 +154,23 @@ class QKNormRotary(nn.Module):
             weight_offset=self.weight_offset,
             layout=self.layout,
         )
+
+
+class QKNormThenRope(nn.Module):
+    """The unfused pair: an RMSNorm over each head of q and of k (weights w_q, w_k of
+    size D, ones at first; statistics in fp32, the result in the input's dtype), then
+    ``rope``, any module called as ``rope(q, k, positions=...)`` on (B, T, H, D)
+    tensors. Two passes each way where ``QKNormRotary`` makes one."""
+
+    def __init__(self, head_dim: int, rope: nn.Module, *, eps: float = 1e-6):
+        super().__init__()
+        self.w_q = nn.Parameter(torch.ones(head_dim))
+        self.w_k = nn.Parameter(torch.ones(head_dim))
+        self.rope, self.eps = rope, eps
+
+    def norm(self, x, w):
+        return F.rms_norm(x.float(), x.shape[-1:], w.float(), self.eps).to(x.dtype)
+
+    def forward(self, q, k, positions=None):
+        q, k = self.norm(q, self.w_q), self.norm(k, self.w_k)
+        return self.rope(q, k, positions=positions)

@@ -22,19 +22,18 @@ CPU_SIZES = dict(d_model=32, n_heads=2, n_layers=2, d_ff=64, max_seq_len=16)
 GPU_SIZES = dict(d_model=384, n_heads=8, n_layers=6, d_ff=1536, max_seq_len=512)
 
 
-def twin_models(sizes: dict):
-    """The torch-rotation model and the Triton one, with identical initial weights."""
+def twin_models(reference_config: GPTConfig, config: GPTConfig):
+    """A model of each config, the second with the first's initial weights."""
     torch.manual_seed(0)
-    torch_model = TinyGPT(GPTConfig(rope="torch", **sizes)).to(ropetut.DEVICE)
-    triton_model = TinyGPT(GPTConfig(rope="final", **SEED_MATH, **sizes))
-    triton_model = triton_model.to(ropetut.DEVICE)
-    theirs = dict(torch_model.named_parameters())
-    mine = dict(triton_model.named_parameters())
+    reference = TinyGPT(reference_config).to(ropetut.DEVICE)
+    model = TinyGPT(config).to(ropetut.DEVICE)
+    theirs = dict(reference.named_parameters())
+    mine = dict(model.named_parameters())
     assert mine.keys() == theirs.keys()
     with torch.no_grad():
         for name, parameter in mine.items():
             parameter.copy_(theirs[name])
-    return torch_model, triton_model
+    return reference, model
 
 
 def batches(seq_len: int, batch_size: int, n: int):
@@ -53,40 +52,46 @@ def optimizer(model):
 
 
 def check_equivalence(sizes: dict, batch_size: int, steps: int):
-    torch_model, triton_model = twin_models(sizes)
+    torch_model, triton_model = twin_models(
+        GPTConfig(rope="torch", **sizes), GPTConfig(rope="final", **SEED_MATH, **sizes)
+    )
     stream = batches(sizes["max_seq_len"], batch_size, steps)
-    config = train.TrainConfig(steps=steps, warmup_steps=5)
+    return trains_alike(torch_model, triton_model, stream)
+
+
+def trains_alike(reference, model, stream):
+    """Step 0's logits, loss and gradients within 1e-5, then each step's loss within
+    1e-4 over ``stream``'s batches; returns the last loss."""
+    config = train.TrainConfig(steps=len(stream), warmup_steps=5)
 
     # step 0: logits, loss and every gradient
     x, y = stream[0]
-    logits = {m: m(x) for m in (torch_model, triton_model)}
+    logits = {m: m(x) for m in (reference, model)}
     losses = {m: loss_fn(logits[m], y) for m in logits}
     for m in losses:
         losses[m].backward()
-    assert relative(logits[triton_model], logits[torch_model]) < 1e-5
-    assert relative(losses[triton_model], losses[torch_model]) < 1e-5
-    theirs = dict(torch_model.named_parameters())
-    for name, parameter in triton_model.named_parameters():
+    assert relative(logits[model], logits[reference]) < 1e-5
+    assert relative(losses[model], losses[reference]) < 1e-5
+    theirs = dict(reference.named_parameters())
+    for name, parameter in model.named_parameters():
         assert parameter.grad is not None and theirs[name].grad is not None, name
         assert relative(parameter.grad, theirs[name].grad) < 1e-5, name
 
     # then the optimizer's steps: each step's loss
-    optimizers = {m: optimizer(m) for m in (torch_model, triton_model)}
+    optimizers = {m: optimizer(m) for m in (reference, model)}
     for step, (x, y) in enumerate(stream):
         step_losses = {}
-        for model, opt in optimizers.items():
+        for m, opt in optimizers.items():
             for group in opt.param_groups:
                 group["lr"] = train.lr_at(step, config)
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(m(x), y)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
             opt.step()
-            step_losses[model] = loss.detach()
-        assert relative(step_losses[triton_model], step_losses[torch_model]) < 1e-4, (
-            step
-        )
-    return step_losses[torch_model].item()
+            step_losses[m] = loss.detach()
+        assert relative(step_losses[model], step_losses[reference]) < 1e-4, step
+    return step_losses[reference].item()
 
 
 def test_triton_final_trains_as_the_torch_rotation_does_cpu():
