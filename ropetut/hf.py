@@ -6,7 +6,14 @@ where cos and sin are full width, (B, T, D): the rotary embedding builds them as
 two halves are the same, so this reads the first: half-split pairs (x[i], x[i + D/2]),
 ``apply_rope``'s default, with each (batch, token)'s row of cos and sin as a table row.
 Nothing is read on the host: no wait for the GPU.
+
+``patch(model)`` swaps it into Llama- and Qwen3-style attention as Liger's
+``apply_liger_kernel_to_llama`` does: transformers 5.x's attention ``forward`` calls its
+modeling module's ``apply_rotary_pos_emb`` by name at call time, so rebinding that one
+module attribute is enough; ``unpatch(model)`` binds the original back.
 """
+
+import sys
 
 import torch
 
@@ -57,3 +64,45 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
         positions = torch.arange(rows * T, device=q.device).view(rows, T)
     layout = "bhtd" if unsqueeze_dim == 1 else "bthd"
     return apply_rope(q, k, half_cos, half_sin, positions=positions, layout=layout)
+
+
+# Modeling modules whose attention calls a module-level apply_rotary_pos_emb with
+# HF's signature and full-width cos and sin (checked against transformers 5.23.0).
+PATCHABLE = (
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.qwen3.modeling_qwen3",
+)
+_original = {}  # modeling module's name -> its own apply_rotary_pos_emb
+
+
+def _modeling_modules(model):
+    """The patchable modeling modules that model's submodules come from."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: must be a torch.nn.Module, got {type(model).__name__}")
+    names = {type(m).__module__ for m in model.modules()} & set(PATCHABLE)
+    if not names:
+        raise ValueError(
+            f"model: no Llama- or Qwen3-style attention in {type(model).__name__} "
+            f"(patchable modeling modules: {', '.join(PATCHABLE)})"
+        )
+    return [sys.modules[name] for name in sorted(names)]
+
+
+def patch(model):
+    """Make model's attention rotate q and k with ropetut's kernel; returns model.
+
+    Rebinds ``apply_rotary_pos_emb`` in the modeling module (llama's, qwen3's) that
+    model's classes come from: every model of that family uses the kernel until
+    ``unpatch``, as with Liger. Patching twice is harmless."""
+    for module in _modeling_modules(model):
+        _original.setdefault(module.__name__, module.apply_rotary_pos_emb)
+        module.apply_rotary_pos_emb = apply_rotary_pos_emb
+    return model
+
+
+def unpatch(model):
+    """Undo ``patch``: transformers' own apply_rotary_pos_emb again; returns model."""
+    for module in _modeling_modules(model):
+        if module.__name__ in _original:
+            module.apply_rotary_pos_emb = _original.pop(module.__name__)
+    return model

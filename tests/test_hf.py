@@ -9,7 +9,7 @@ from conftest import randn
 import ropetut
 from ropetut import scaling
 from ropetut.check import TOLERANCE, relative_error
-from ropetut.hf import apply_rotary_pos_emb
+from ropetut.hf import apply_rotary_pos_emb, patch, unpatch
 
 DEV = ropetut.DEVICE
 
@@ -168,3 +168,15 @@ def test_bad_arguments_name_themselves(bad, error, argument):
         q = q[0]
     with pytest.raises(error, match=f"^{argument}"):
         apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=dim)
+
+
+@pytest.mark.parametrize(
+    "model, error",
+    [("a string", TypeError), (torch.nn.Linear(4, 4), ValueError)],
+    ids=["not a module", "no Llama- or Qwen3-style attention"],
+)
+def test_patch_refuses_what_it_cannot_patch(model, error):
+    """Without transformers too: tests/test_hf_models.py patches real models."""
+    for function in (patch, unpatch):
+        with pytest.raises(error, match="^model: "):
+            function(model)
