@@ -2,7 +2,7 @@
 
     python -m ropetut train --rope final --steps 200 --out results/runs
     python -m ropetut train --study plot_twist --out results/study --max-minutes 8
-    python -m ropetut train --study plot_twist --out results/study --max-minutes 8 \
+    python -m ropetut train --study plot_twist --out results/study --max-minutes 8 \\
         --checkpoint-every 50
 
 A run trains ``TinyGPT`` with AdamW (lr 1e-3, linear warm-up, cosine decay), bf16
