@@ -144,8 +144,9 @@ def train(
         never stopped, but for its ``train_seconds`` and ``tokens_per_s`` (its
         ``peak_mem_mb`` is that of the last part).
     checkpoint_every: write the checkpoint after every this many steps.
-    stop_after: seconds; past them, write the checkpoint after the current step and
-        raise ``Paused`` (not after the last step: the final evaluation follows it).
+    stop_after: seconds from this call's start; once past them, write the checkpoint
+        after the current step and raise ``Paused`` (not after the last step: the final
+        evaluation follows it).
     """
     if checkpoint is None and (checkpoint_every, stop_after) != (None, None):
         raise ValueError("checkpoint: needed by checkpoint_every and stop_after")
