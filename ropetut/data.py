@@ -111,10 +111,12 @@ def windows(tokens: torch.Tensor, starts: torch.Tensor, seq_len: int) -> tuple[t
     return w[:, :-1], w[:, 1:]
 
 
-def train_batches(tokens: torch.Tensor, split: Split, batch_size: int, seed: int):
+def train_batches(tokens: torch.Tensor, split: Split, batch_size: int, seed: int,
+                  generator: torch.Generator | None = None):
     """An endless, deterministic stream of training batches: windows drawn at random (with
-    replacement) from the split's training starts by a generator seeded with ``seed``."""
-    g = torch.Generator().manual_seed(seed)
+    replacement) from the split's training starts by a generator seeded with ``seed``, or by
+    ``generator`` if given (its state is then the stream's place, which a checkpoint keeps)."""
+    g = generator if generator is not None else torch.Generator().manual_seed(seed)
     while True:
         pick = torch.randint(len(split.train_starts), (batch_size,), generator=g)
         yield windows(tokens, split.train_starts[pick], split.seq_len)

@@ -2,6 +2,8 @@
 
     python -m ropetut train --rope final --steps 200 --out results/runs
     python -m ropetut train --study plot_twist --out results/study --max-minutes 8
+    python -m ropetut train --study plot_twist --out results/study --max-minutes 8 \\
+        --checkpoint-every 50
 
 A run trains ``TinyGPT`` with AdamW (lr 1e-3, linear warm-up, cosine decay), bf16
 autocast on a GPU, and evaluates on validation windows the model never trained on
@@ -19,6 +21,11 @@ runner trusts nothing it did not write:
   would not fit, and resumed); a file of the same name and seed with another
   configuration, or one that does not read back, is named and the run is trained anew;
 - files are written whole or not at all: a temporary file, then a rename;
+- with ``--checkpoint-every N``, a run checkpoints every N steps to ``<file>.ckpt``
+  and a runner resumes it from there, exactly: a study spreads over calls and sessions
+  however short (``--max-minutes`` then pauses the run in progress); the checkpoint
+  carries the configuration hash, and one that does not load or holds another
+  configuration is named and the run starts over;
 - a runner claims a run (a lock on ``<file>.claim``) before training it, so two runners
   on one folder never train the same run; the lock dies with its process;
 - the arguments are checked before anything trains.
@@ -42,6 +49,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .checkpoint import Paused, read_checkpoint, replace_atomically, write_checkpoint
 from .data import load_corpus, make_split, train_batches, windows
 from .model import ROPES, GPTConfig, TinyGPT, loss_fn
 from .provenance import environment
@@ -123,8 +131,39 @@ def train(
     corpus=None,
     progress=True,
     name: str = "run",
+    checkpoint: Path | None = None,
+    checkpoint_every: int | None = None,
+    stop_after: float | None = None,
+    log=print,
 ) -> dict:
-    """Train one model; returns the run's record (what ``write_run`` stores as JSON)."""
+    """Train one model; returns the run's record (what ``write_run`` stores as JSON).
+
+    checkpoint: a file to resume from if it holds this configuration's checkpoint (one
+        that does not is named through ``log`` and the run starts over), and to write
+        the checkpoints to. A run resumed gives the record it would have given had it
+        never stopped, but for its ``train_seconds`` and ``tokens_per_s`` (its
+        ``peak_mem_mb`` is that of the last part).
+    checkpoint_every: write the checkpoint after every this many steps.
+    stop_after: seconds from this call's start; once past them, write the checkpoint
+        after the current step and raise ``Paused`` (not after the last step: the final
+        evaluation follows it).
+    """
+    if checkpoint is None and (checkpoint_every, stop_after) != (None, None):
+        raise ValueError("checkpoint: needed by checkpoint_every and stop_after")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise ValueError(
+            f"checkpoint_every: must be at least 1, got {checkpoint_every}"
+        )
+    if stop_after is not None and not stop_after >= 0:
+        raise ValueError(f"stop_after: must not be negative, got {stop_after}")
+    called = time.perf_counter()
+    digest = config_hash(model_config.to_dict(), asdict(train_config), regime())
+    resumed = None
+    if checkpoint is not None and Path(checkpoint).exists():
+        try:
+            resumed = read_checkpoint(Path(checkpoint), digest)
+        except ValueError as error:
+            log(f"not trusted, so {name} starts over: {error}")
     corpus = corpus or load_corpus()
     torch.manual_seed(train_config.seed)
     model = TinyGPT(model_config).to(DEVICE)
@@ -147,18 +186,56 @@ def train(
         betas=(0.9, 0.95),
         fused=on_gpu(),
     )
+    order = torch.Generator().manual_seed(train_config.seed)
     batches = train_batches(
-        corpus.tokens, split, train_config.batch_size, train_config.seed
+        corpus.tokens, split, train_config.batch_size, train_config.seed, order
     )
     eval_starts = split.val_starts[: train_config.eval_windows]
-    curve, val_curve = [], []
+    curve, val_curve, first_step, seconds_before = [], [], 0, 0.0
+    if resumed is not None:
+        model.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        torch.set_rng_state(resumed["torch_rng"])
+        if on_gpu():
+            torch.cuda.set_rng_state_all(resumed["cuda_rng"])
+        order.set_state(resumed["batch_rng"])
+        curve = [loss.to(DEVICE) for loss in resumed["train_loss"]]
+        val_curve = resumed["val_curve"]
+        first_step, seconds_before = resumed["step"], resumed["train_seconds"]
+        log(f"{name} resumes at step {first_step} of {train_config.steps}")
+
+    def save(steps_done: int) -> None:
+        if on_gpu():
+            torch.cuda.synchronize()
+        write_checkpoint(
+            Path(checkpoint),
+            {
+                "config_hash": digest,
+                "step": steps_done,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if on_gpu() else [],
+                "batch_rng": order.get_state(),
+                "train_loss": torch.stack(curve).cpu(),
+                "val_curve": val_curve,
+                "train_seconds": seconds_before
+                + time.perf_counter()
+                - start
+                - eval_seconds,
+            },
+        )
+
     if on_gpu():
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.synchronize()
     start = time.perf_counter()
     eval_seconds = 0.0
     for step in tqdm(
-        range(train_config.steps), desc=name, disable=not progress, leave=False
+        range(first_step, train_config.steps),
+        desc=name,
+        disable=not progress,
+        leave=False,
     ):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, train_config)
@@ -181,9 +258,20 @@ def train(
                 }
             )
             eval_seconds += time.perf_counter() - t0
+        saved = False
+        if checkpoint_every is not None and (step + 1) % checkpoint_every == 0:
+            save(step + 1)
+            saved = True
+        out_of_time = (
+            stop_after is not None and time.perf_counter() - called > stop_after
+        )
+        if out_of_time and step + 1 < train_config.steps:
+            if not saved:
+                save(step + 1)
+            raise Paused(Path(checkpoint), step + 1, train_config.steps)
     if on_gpu():
         torch.cuda.synchronize()
-    train_seconds = time.perf_counter() - start - eval_seconds
+    train_seconds = seconds_before + time.perf_counter() - start - eval_seconds
     final = evaluate(
         model,
         tokens,
@@ -379,17 +467,10 @@ def find_run(path: Path, model_config, train_config, log=print) -> Path | None:
 
 
 def write_json(path: Path, record: dict) -> None:
-    """Write ``record`` whole or not at all: a temporary file beside ``path``, flushed
-    to disk, then renamed over it (a rename within a folder is atomic)."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temp, "w") as handle:
-            json.dump(record, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
+    """Write ``record`` whole or not at all (``replace_atomically``)."""
+    replace_atomically(
+        path, lambda handle: handle.write(json.dumps(record, indent=1).encode())
+    )
 
 
 @contextmanager
@@ -426,13 +507,19 @@ def run_all(
     *,
     study: str | None = None,
     max_minutes: float | None = None,
+    checkpoint_every: int | None = None,
     progress: bool = True,
     log=print,
 ) -> list[Path]:
     """Train each ``(name, model_config, train_config)`` of ``plan`` that has no
     verified file in ``out_dir`` and that no other runner has claimed; returns the files
-    written. Stops before a run that ``max_minutes`` would not fit (estimated from the
-    runs so far)."""
+    written.
+
+    Without ``checkpoint_every``, stops before a run that ``max_minutes`` would not fit
+    (estimated from the runs so far). With it, each run checkpoints to ``<file>.ckpt``
+    every ``checkpoint_every`` steps and resumes from there; when ``max_minutes`` are
+    up, the run in progress pauses at its checkpoint (the checkpoint goes once the
+    run's file is written)."""
     seeds = [(name, train_config.seed) for name, _, train_config in plan]
     if len(set(seeds)) != len(seeds):
         raise ValueError(
@@ -451,10 +538,11 @@ def run_all(
         tqdm(todo, desc=study, disable=not progress)
     ):
         elapsed = time.perf_counter() - start
-        if (
-            max_minutes is not None
-            and done
-            and elapsed + elapsed / len(done) > max_minutes * 60
+        left = None if max_minutes is None else max_minutes * 60 - elapsed
+        if max_minutes is not None and (
+            left <= 0
+            if checkpoint_every is not None
+            else done and elapsed + elapsed / len(done) > max_minutes * 60
         ):
             log(
                 f"stopping with {len(todo) - i} runs left (--max-minutes {max_minutes})"
@@ -469,14 +557,28 @@ def run_all(
                 is not None
             ):
                 continue  # another runner finished it since we looked
-            record = train(
-                model_config, train_config, corpus=corpus, progress=False, name=name
-            )
+            checkpoint = path.with_name(f"{path.name}.ckpt")
+            try:
+                record = train(
+                    model_config,
+                    train_config,
+                    corpus=corpus,
+                    progress=False,
+                    name=name,
+                    checkpoint=checkpoint if checkpoint_every is not None else None,
+                    checkpoint_every=checkpoint_every,
+                    stop_after=left if checkpoint_every is not None else None,
+                    log=log,
+                )
+            except Paused as paused:
+                log(f"{path.name}: {paused} (--max-minutes {max_minutes})")
+                break
             record["regime"] = regime()
             record["config_hash"] = path.stem.rsplit("__", 1)[1]
             if study is not None:
                 record["study"] = study
             write_json(path, record)
+            checkpoint.unlink(missing_ok=True)
         done.append(path)
     return done
 
@@ -504,14 +606,21 @@ def run_study(
     max_minutes: float | None = None,
     tiny: bool = False,
     steps: int | None = None,
+    checkpoint_every: int | None = None,
     progress: bool = True,
     log=print,
 ) -> list[Path]:
     """Run every (configuration, seed) of ``study`` that has no verified file in
-    ``out_dir``."""
+    ``out_dir`` (``run_all`` says how ``max_minutes`` and ``checkpoint_every`` act)."""
     plan = study_plan(study, seeds=seeds, tiny=tiny, steps=steps)
     return run_all(
-        plan, out_dir, study=study, max_minutes=max_minutes, progress=progress, log=log
+        plan,
+        out_dir,
+        study=study,
+        max_minutes=max_minutes,
+        checkpoint_every=checkpoint_every,
+        progress=progress,
+        log=log,
     )
 
 
@@ -625,7 +734,15 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--max-minutes",
         type=positive_float,
-        help="stop a study before a run that would not fit",
+        help="stop a study before a run that would not fit; with --checkpoint-every, "
+        "pause the run in progress when the time is up",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        metavar="N",
+        help="checkpoint each run every N steps to <its file>.ckpt, and resume a run "
+        "from its checkpoint",
     )
     parser.add_argument(
         "--steps", type=positive_int, help="override the number of training steps"
@@ -711,7 +828,13 @@ def main(argv=None) -> int:
     except ValueError as error:
         parser.error(str(error))
     check_writable(parser, args.out)
-    run_all(plan, args.out, study=args.study, max_minutes=args.max_minutes)
+    run_all(
+        plan,
+        args.out,
+        study=args.study,
+        max_minutes=args.max_minutes,
+        checkpoint_every=args.checkpoint_every,
+    )
     found = [
         find_run(run_file(args.out, *run), *run[1:], log=lambda _: None) for run in plan
     ]

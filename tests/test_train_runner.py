@@ -149,6 +149,8 @@ def refuse_to_train(*args, **kwargs):
         ["--rope", "torch", "--preset", "standard"],
         ["--max-minutes", "5"],
         ["--max-minutes", "0", "--study", "plot_twist"],
+        ["--checkpoint-every", "0"],
+        ["--checkpoint-every", "-2"],
         ["--study", "plot_twist", "--rope", "torch"],
         ["--study", "plot_twist", "--overlapping-split"],
     ],
