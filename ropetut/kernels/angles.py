@@ -137,11 +137,16 @@ def rope_angles_kernel(
         q2 = tl.load(q_row + d2 * sqd, mask=q_mask).to(cos.dtype)
         k1 = tl.load(k_row + d1 * skd, mask=k_mask).to(cos.dtype)
         k2 = tl.load(k_row + d2 * skd, mask=k_mask).to(cos.dtype)
-        q_ty, k_ty = qo_ptr.dtype.element_ty, ko_ptr.dtype.element_ty
-        tl.store(qo_row + d1 * sqod, (q1 * cos - q2 * sin).to(q_ty), mask=q_mask)
-        tl.store(qo_row + d2 * sqod, (q2 * cos + q1 * sin).to(q_ty), mask=q_mask)
-        tl.store(ko_row + d1 * skod, (k1 * cos - k2 * sin).to(k_ty), mask=k_mask)
-        tl.store(ko_row + d2 * skod, (k2 * cos + k1 * sin).to(k_ty), mask=k_mask)
+        # (the output dtypes inline: a tuple of dtypes assigned in the loop does not
+        # compile for sm_90, though the interpreter takes it)
+        q_out1 = (q1 * cos - q2 * sin).to(qo_ptr.dtype.element_ty)
+        q_out2 = (q2 * cos + q1 * sin).to(qo_ptr.dtype.element_ty)
+        k_out1 = (k1 * cos - k2 * sin).to(ko_ptr.dtype.element_ty)
+        k_out2 = (k2 * cos + k1 * sin).to(ko_ptr.dtype.element_ty)
+        tl.store(qo_row + d1 * sqod, q_out1, mask=q_mask)
+        tl.store(qo_row + d2 * sqod, q_out2, mask=q_mask)
+        tl.store(ko_row + d1 * skod, k_out1, mask=k_mask)
+        tl.store(ko_row + d2 * skod, k_out2, mask=k_mask)
         if COPY_PASS:
             _copy_pass_dims(
                 q_row, qo_row, tok_mask & (h < HQ), R, D, sqd, sqod, BLOCK_PASS
