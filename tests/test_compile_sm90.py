@@ -1,10 +1,11 @@
 """Every production kernel compiles for the H100 (sm_90), on a machine with no GPU.
 
-Triton's interpreter runs code its compiler rejects (a tuple of dtypes assigned in a loop
-did, in ``kernels/angles.py``), so the CPU tests alone can't say a kernel will build on a
-GPU. Triton compiles to PTX and a cubin given only the target; scripts/ptx_vectors.py
-does, for final, angles and qk_norm_rope (forward and backward), outside this process:
-its modules load without ropetut's package, which would switch Triton to the interpreter.
+Triton's interpreter runs code its compiler rejects (a tuple of dtypes assigned in a
+loop did, in ``kernels/angles.py``), so the CPU tests alone can't say a kernel will
+build on a GPU. Triton compiles to PTX and a cubin given only the target;
+scripts/ptx_vectors.py does, for final, angles and qk_norm_rope (forward and backward),
+outside this process: its modules load without ropetut's package, which would switch
+Triton to the interpreter.
 """
 
 import os
