@@ -23,15 +23,7 @@ from torch import Tensor
 
 from .kernels.angles import rope_angles as launch_angles
 from .kernels.angles import turn_words
-from .runtime import DEVICE, INTERPRETED
-from .validate import (
-    LAYOUTS,
-    _as_bthd,
-    _check_tensor,
-    _has_memory,
-    check_autograd_allows_inplace,
-    check_no_overlap,
-)
+from .validate import check_device, check_inplace_writes, check_positions_arg, check_qk
 
 
 def check_angle_args(q, k, inv_freq, positions, *, interleaved, rotary_dim, inplace,
@@ -41,31 +33,11 @@ def check_angle_args(q, k, inv_freq, positions, *, interleaved, rotary_dim, inpl
     tensor's values. Returns (q, k) as (B, T, H, D) views and the options tuple,
     (positions as (B, T) or None, interleaved, rotary_dim, inplace, backward=False).
     wants_grad: autograd will record this call (in place, its refusals are checked)."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout: must be one of {LAYOUTS}, got {layout!r}")
-    for name, flag in (("interleaved", interleaved), ("inplace", inplace)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name}: must be a bool, got {type(flag).__name__}")
-    _check_tensor(q, "q", layout)
-    q4 = _as_bthd(q, layout)
-    B, T, Hq, D = q4.shape
-    k4 = None
-    if k is not None:
-        _check_tensor(k, "k", layout)
-        if k.dtype != q.dtype:
-            raise TypeError(f"k: dtype {k.dtype} differs from q's {q.dtype}")
-        k4 = _as_bthd(k, layout)
-        if (k4.shape[0], k4.shape[1], k4.shape[3]) != (B, T, D):
-            raise ValueError(f"k: (batch, seq, head_dim) must match q's {(B, T, D)}")
-        if k4.shape[2] and Hq % k4.shape[2]:
-            raise ValueError(
-                f"k: q's {Hq} heads are not a multiple of k's {k4.shape[2]}"
-            )
-    R = D if rotary_dim is None else rotary_dim
-    if isinstance(R, bool) or not isinstance(R, int):
-        raise TypeError(f"rotary_dim: must be an int, got {type(R).__name__}")
-    if R <= 0 or R % 2 or R > D:
-        raise ValueError(f"rotary_dim: must be even and in [2, D={D}], got {R}")
+    q4, k4, R = check_qk(
+        q, k, layout=layout, rotary_dim=rotary_dim,
+        flags=(("interleaved", interleaved), ("inplace", inplace)),
+    )  # fmt: skip
+    B, T = q4.shape[:2]
     if not isinstance(inv_freq, torch.Tensor):
         raise TypeError(
             f"inv_freq: must be a torch.Tensor, got {type(inv_freq).__name__}"
@@ -84,45 +56,13 @@ def check_angle_args(q, k, inv_freq, positions, *, interleaved, rotary_dim, inpl
             "inv_freq: requires grad, but no gradient flows to it; detach it"
         )
     if positions is not None:
-        if not isinstance(positions, torch.Tensor):
-            raise TypeError(
-                f"positions: must be a torch.Tensor, got {type(positions).__name__}"
-            )
-        if positions.dtype not in (torch.int32, torch.int64):
-            raise TypeError(
-                f"positions: dtype must be int32 or int64, got {positions.dtype}"
-            )
-        if tuple(positions.shape) not in ((T,), (B, T)):
-            raise ValueError(
-                f"positions: shape must be (T,) = {(T,)} or (B, T) = {(B, T)}, got "
-                f"{tuple(positions.shape)}"
-            )
-    for name, t in (("k", k), ("inv_freq", inv_freq), ("positions", positions)):
-        if t is not None and t.device != q.device:
-            raise ValueError(f"{name}: on {t.device}, but q is on {q.device}")
-    if q.device.type != DEVICE.type:
-        mode = "Triton's interpreter" if INTERPRETED else "compiled GPU kernels"
-        raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors")
+        check_positions_arg(positions, B, T)
+    check_device(q, (("k", k), ("inv_freq", inv_freq), ("positions", positions)))
     if inplace:
-        check_no_overlap(q4, k4, (("inv_freq", inv_freq), ("positions", positions)))
-        for name, t in (
-            ("q", q),
-            ("k", k),
-        ):  # (a traced graph has no inference tensors)
-            if (
-                t is not None
-                and _has_memory(t)
-                and t.is_inference()
-                and not torch.is_inference_mode_enabled()
-            ):
-                raise ValueError(
-                    f"{name}: in place on an inference tensor outside "
-                    "torch.inference_mode(); torch forbids it: pass inplace=False"
-                )
-        if wants_grad and _has_memory(q):  # (traced: the graph's copy_ checks instead)
-            for name, t in (("q", q), ("k", k)):
-                if t is not None and t.requires_grad:
-                    check_autograd_allows_inplace(t, name)
+        check_inplace_writes(
+            q, k, q4, k4, (("inv_freq", inv_freq), ("positions", positions)),
+            wants_grad=wants_grad,
+        )  # fmt: skip
     positions = None if positions is None else positions.expand(B, T)
     return q4, k4, (positions, interleaved, R, inplace, False)
 

@@ -33,9 +33,8 @@ SHAPES = [
     bench.Shape(4, 4096, 32, 8, 128),  # Qwen3-8B-like
     bench.Shape(1, 32768, 32, 8, 128),  # Qwen3-8B-like, long
     bench.Shape(1, 8192, 40, 8, 128),  # Qwen3-14B-like (axolotl #3680's shape)
-    bench.Shape(
-        64, 1, 32, 8, 128, positions=True
-    ),  # decode: one token, from a KV cache
+    # decode: one token, from a KV cache
+    bench.Shape(64, 1, 32, 8, 128, positions=True),
 ]
 EPS = 1e-6
 

@@ -40,10 +40,53 @@ def check_rope_args(q, k, cos, sin, positions=None, *, kernel, rotary_dim=None,
         kernel = get_kernel(kernel)
     if kernel.why_unavailable and not torch.compiler.is_compiling() and unavailable(kernel.name):
         raise RuntimeError(unavailable(kernel.name))
+    q4, k4, rotary_dim = check_qk(q, k, layout=layout, rotary_dim=rotary_dim,
+                                  flags=(("interleaved", interleaved), ("inplace", inplace),
+                                         ("check_positions", check_positions)))
+    B, T = q4.shape[:2]
+    for name, table in (("cos", cos), ("sin", sin)):
+        if not isinstance(table, torch.Tensor):
+            raise TypeError(f"{name}: must be a torch.Tensor, got {type(table).__name__}")
+        if table.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{name}: dtype {table.dtype} is not a floating type")
+        if table.dim() != 2 or table.shape[1] != rotary_dim // 2:
+            raise ValueError(f"{name}: must be (n_positions, rotary_dim/2 = {rotary_dim // 2}), "
+                             f"got {tuple(table.shape)}")
+        if table.requires_grad and torch.is_grad_enabled():
+            raise ValueError(f"{name}: requires grad, but ropetut computes no gradient for the "
+                             f"tables; pass {name}.detach(), or compute the tables inside "
+                             f"torch.no_grad()")
+    if sin.shape != cos.shape:
+        raise ValueError(f"sin: shape {tuple(sin.shape)} differs from cos's {tuple(cos.shape)}")
+    if sin.dtype != cos.dtype:
+        raise TypeError(f"sin: dtype {sin.dtype} differs from cos's {cos.dtype}")
+    n_positions = cos.shape[0]
+    if positions is None:
+        if n_positions < T:
+            raise ValueError(f"cos: has {n_positions} positions, too short for T={T}")
+    else:
+        check_positions_arg(positions, B, T)
+    check_device(q, (("k", k), ("cos", cos), ("sin", sin), ("positions", positions)))
+    cos, sin = cos.contiguous(), sin.contiguous()
+    if inplace:
+        check_inplace_writes(q, k, q4, k4, (("cos", cos), ("sin", sin), ("positions", positions)),
+                             wants_grad=wants_grad)
+    check_supports(kernel, q4, k4, cos, sin, positions, interleaved=interleaved,
+                   rotary_dim=rotary_dim, inplace=inplace)
+    if check_positions and positions is not None and _has_memory(positions):
+        check_positions_in_range(positions, n_positions)   # last: it waits for the GPU
+    options = RopeOptions(cos, sin, None if positions is None else positions.expand(B, T),
+                          interleaved, rotary_dim, inplace, kernel, check_positions)
+    return q4, k4, options
+
+
+def check_qk(q, k, *, layout, rotary_dim, flags=()):
+    """q and k (any strides), their layout, rotary_dim and the bool ``flags`` ((name, value)
+    pairs), for every RoPE entry point: returns (q4, k4, rotary_dim), q and k as (B, T, H, D)
+    views and rotary_dim resolved (None: D)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout: must be one of {LAYOUTS}, got {layout!r}")
-    for name, flag in (("interleaved", interleaved), ("inplace", inplace),
-                       ("check_positions", check_positions)):
+    for name, flag in flags:
         if not isinstance(flag, bool):
             raise TypeError(f"{name}: must be a bool, got {type(flag).__name__}")
     _check_tensor(q, "q", layout)
@@ -68,60 +111,47 @@ def check_rope_args(q, k, cos, sin, positions=None, *, kernel, rotary_dim=None,
         raise TypeError(f"rotary_dim: must be an int, got {type(rotary_dim).__name__}")
     if rotary_dim <= 0 or rotary_dim % 2 or rotary_dim > D:
         raise ValueError(f"rotary_dim: must be even and in [2, D={D}], got {rotary_dim}")
-    for name, table in (("cos", cos), ("sin", sin)):
-        if not isinstance(table, torch.Tensor):
-            raise TypeError(f"{name}: must be a torch.Tensor, got {type(table).__name__}")
-        if table.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"{name}: dtype {table.dtype} is not a floating type")
-        if table.dim() != 2 or table.shape[1] != rotary_dim // 2:
-            raise ValueError(f"{name}: must be (n_positions, rotary_dim/2 = {rotary_dim // 2}), "
-                             f"got {tuple(table.shape)}")
-        if table.requires_grad and torch.is_grad_enabled():
-            raise ValueError(f"{name}: requires grad, but ropetut computes no gradient for the "
-                             f"tables; pass {name}.detach(), or compute the tables inside "
-                             f"torch.no_grad()")
-    if sin.shape != cos.shape:
-        raise ValueError(f"sin: shape {tuple(sin.shape)} differs from cos's {tuple(cos.shape)}")
-    if sin.dtype != cos.dtype:
-        raise TypeError(f"sin: dtype {sin.dtype} differs from cos's {cos.dtype}")
-    n_positions = cos.shape[0]
-    if positions is None:
-        if n_positions < T:
-            raise ValueError(f"cos: has {n_positions} positions, too short for T={T}")
-    else:
-        if not isinstance(positions, torch.Tensor):
-            raise TypeError(f"positions: must be a torch.Tensor, got {type(positions).__name__}")
-        if positions.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"positions: dtype must be int32 or int64, got {positions.dtype}")
-        if tuple(positions.shape) not in ((T,), (B, T)):
-            raise ValueError(f"positions: shape must be (T,) = {(T,)} or (B, T) = {(B, T)}, "
-                             f"got {tuple(positions.shape)}")
+    return q4, k4, rotary_dim
+
+
+def check_positions_arg(positions, B, T):
+    """positions given as a tensor: integers, (T,) or (B, T). (Their values: see
+    ``check_positions_in_range``.)"""
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions: must be a torch.Tensor, got {type(positions).__name__}")
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"positions: dtype must be int32 or int64, got {positions.dtype}")
+    if tuple(positions.shape) not in ((T,), (B, T)):
+        raise ValueError(f"positions: shape must be (T,) = {(T,)} or (B, T) = {(B, T)}, "
+                         f"got {tuple(positions.shape)}")
+
+
+def check_device(q, others):
+    """Every tensor of ``others`` ((name, tensor or None) pairs) on q's device, and that the
+    device this runtime runs on."""
     device = q.device
-    for name, t in (("k", k), ("cos", cos), ("sin", sin), ("positions", positions)):
+    for name, t in others:
         if t is not None and t.device != device:
             raise ValueError(f"{name}: on {t.device}, but q is on {device}")
     if device.type != DEVICE.type:
         mode = "Triton's interpreter (no CUDA device)" if INTERPRETED else "compiled GPU kernels"
         raise ValueError(f"q: ropetut runs {mode} and needs {DEVICE.type} tensors, got {device}")
-    cos, sin = cos.contiguous(), sin.contiguous()
-    if inplace:
-        check_no_overlap(q4, k4, (("cos", cos), ("sin", sin), ("positions", positions)))
-        for name, t in (("q", q), ("k", k)):   # (a traced graph has no inference tensors)
-            if t is not None and _has_memory(t) and t.is_inference() \
-                    and not torch.is_inference_mode_enabled():
-                raise ValueError(f"{name}: in place on an inference tensor outside "
-                                 f"torch.inference_mode(); torch forbids it: pass inplace=False")
-    if inplace and wants_grad and _has_memory(q):   # (traced: the graph's copy_ checks instead)
+
+
+def check_inplace_writes(q, k, q4, k4, read_only, *, wants_grad):
+    """In place, before anything is written: no overlap (q, k, and the ``read_only`` (name,
+    tensor) pairs), no inference tensor outside inference mode, and, when autograd records
+    the call, none of autograd's in-place refusals."""
+    check_no_overlap(q4, k4, read_only)
+    for name, t in (("q", q), ("k", k)):   # (a traced graph has no inference tensors)
+        if t is not None and _has_memory(t) and t.is_inference() \
+                and not torch.is_inference_mode_enabled():
+            raise ValueError(f"{name}: in place on an inference tensor outside "
+                             f"torch.inference_mode(); torch forbids it: pass inplace=False")
+    if wants_grad and _has_memory(q):   # (traced: the graph's copy_ checks instead)
         for name, t in (("q", q), ("k", k)):
             if t is not None and t.requires_grad:
                 check_autograd_allows_inplace(t, name)
-    check_supports(kernel, q4, k4, cos, sin, positions, interleaved=interleaved,
-                   rotary_dim=rotary_dim, inplace=inplace)
-    if check_positions and positions is not None and _has_memory(positions):
-        check_positions_in_range(positions, n_positions)   # last: it waits for the GPU
-    options = RopeOptions(cos, sin, None if positions is None else positions.expand(B, T),
-                          interleaved, rotary_dim, inplace, kernel, check_positions)
-    return q4, k4, options
 
 
 def check_supports(kernel, q, k, cos, sin, positions, *, interleaved, rotary_dim, inplace):

@@ -19,3 +19,26 @@ def randn(*shape, dtype=torch.float32):
 def tables(D, n_positions, rotary_dim=None, dtype=torch.float32):
     freqs = ropetut.standard(D) if rotary_dim in (None, D) else ropetut.partial(rotary_dim)
     return ropetut.rope_tables(freqs, n_positions, dtype=dtype, device=ropetut.DEVICE)
+
+
+def assert_compiles_like_eager(block, inputs, wrt, mode):
+    """``torch.compile(block, fullgraph=True)`` (a graph break raises) gives block's
+    output, and with mode "fwd+bwd" its gradients with respect to ``wrt`` (a list of the
+    inputs), as the eager call does: the check every operator's compile test makes."""
+    from ropetut.check import relative_error
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(block, fullgraph=True)
+    if mode == "fwd":
+        with torch.no_grad():
+            assert relative_error(compiled(*inputs), block(*inputs)) <= 1e-6
+    else:
+        out, ref = compiled(*inputs), block(*inputs)
+        g = torch.randn_like(ref)
+        got = torch.autograd.grad(out, wrt, g)
+        expected = torch.autograd.grad(ref, wrt, g)
+        assert relative_error(out, ref) <= 1e-6
+        for a, b in zip(got, expected):
+            assert relative_error(a, b) <= 1e-5
+    assert not torch._dynamo.utils.counters["graph_break"]

@@ -4,7 +4,7 @@ with bad arguments, which raise before anything is written."""
 
 import pytest
 import torch
-from conftest import gpu_only, randn
+from conftest import assert_compiles_like_eager, gpu_only, randn
 
 import ropetut
 from ropetut import scaling
@@ -54,20 +54,7 @@ def _case(option):
 @pytest.mark.parametrize("option", OPTIONS)
 def test_compile_fullgraph_matches_eager(option, mode):
     block, x, w = _case(option)
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(block, fullgraph=True)  # a graph break would raise
-    if mode == "fwd":
-        with torch.no_grad():
-            assert relative_error(compiled(x, w), block(x, w)) <= 1e-6
-    else:
-        out, ref = compiled(x, w), block(x, w)
-        g = torch.randn_like(ref)
-        (grad_compiled,) = torch.autograd.grad(out, w, g)
-        (grad_eager,) = torch.autograd.grad(ref, w, g)
-        assert relative_error(out, ref) <= 1e-6
-        assert relative_error(grad_compiled, grad_eager) <= 1e-5
-    assert not torch._dynamo.utils.counters["graph_break"]
+    assert_compiles_like_eager(block, (x, w), [w], mode)
 
 
 def test_compile_calls_the_operators():

@@ -2,7 +2,7 @@
 the fast eager launch path, each against eager apply_rope."""
 import pytest
 import torch
-from conftest import gpu_only, randn, tables
+from conftest import assert_compiles_like_eager, gpu_only, randn, tables
 
 import ropetut
 from ropetut.check import relative_error
@@ -53,20 +53,7 @@ def _case(option):
 @pytest.mark.parametrize("option", OPTIONS)
 def test_compile_fullgraph_matches_eager(option, mode):
     block, x, w, _ = _case(option)
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(block, fullgraph=True)     # a graph break would raise
-    if mode == "fwd":
-        with torch.no_grad():
-            assert relative_error(compiled(x, w), block(x, w)) <= 1e-6
-    else:
-        out, ref = compiled(x, w), block(x, w)
-        g = torch.randn_like(ref)
-        (grad_compiled,) = torch.autograd.grad(out, w, g)
-        (grad_eager,) = torch.autograd.grad(ref, w, g)
-        assert relative_error(out, ref) <= 1e-6
-        assert relative_error(grad_compiled, grad_eager) <= 1e-5
-    assert not torch._dynamo.utils.counters["graph_break"]
+    assert_compiles_like_eager(block, (x, w), [w], mode)
 
 
 def test_in_place_on_a_graph_input_under_compile():

@@ -3,7 +3,7 @@ gradients, the checks, in place, the operators under torch.compile, and the modu
 
 import pytest
 import torch
-from conftest import gpu_only, randn, tables
+from conftest import assert_compiles_like_eager, gpu_only, randn, tables
 
 import ropetut
 from ropetut import bench, bench_qk_norm
@@ -372,21 +372,7 @@ def _block(case):
 )
 def test_compile_fullgraph_matches_eager(case, mode):
     block, inputs = _block(case)
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(block, fullgraph=True)  # a graph break would raise
-    if mode == "fwd":
-        with torch.no_grad():
-            assert relative_error(compiled(*inputs), block(*inputs)) <= 1e-6
-    else:
-        out, ref = compiled(*inputs), block(*inputs)
-        g = torch.randn_like(ref)
-        got = torch.autograd.grad(out, inputs[1:], g)
-        expected = torch.autograd.grad(ref, inputs[1:], g)
-        assert relative_error(out, ref) <= 1e-6
-        for a, b in zip(got, expected):
-            assert relative_error(a, b) <= 1e-5
-    assert not torch._dynamo.utils.counters["graph_break"]
+    assert_compiles_like_eager(block, inputs, list(inputs[1:]), mode)
 
 
 def test_in_place_under_compile():

@@ -124,9 +124,8 @@ def rope_angles_kernel(
         d1, d2 = i, i + HALF
     q_tok, qo_tok = q_ptr + b * sqb + t * sqt, qo_ptr + b * sqob + t * sqot
     k_tok, ko_tok = k_ptr + b * skb + t * skt, ko_ptr + b * skob + t * skot
-    for h0 in range(
-        0, HQ, BLOCK_H
-    ):  # HQ >= HK: a block of q heads, the same of k heads
+    # HQ >= HK: a block of q heads, the same of k heads
+    for h0 in range(0, HQ, BLOCK_H):
         h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
         if WIDE:
             h = h.to(tl.int64)
@@ -183,9 +182,8 @@ def rope_angles(
     Returns (q_out, k_out)."""
     B, T, HQ, D = q.shape
     R = rotary_dim or D
-    kk, kk_out = (
-        (q, q_out) if k is None else (k, k_out)
-    )  # HK = 0: the k loop never runs
+    # HK = 0: the k loop never runs
+    kk, kk_out = (q, q_out) if k is None else (k, k_out)
     HK = 0 if k is None else k.shape[2]
     pos = q if positions is None else positions  # a placeholder pointer, never read
     spb, spt = (0, 0) if positions is None else positions.stride()
@@ -205,7 +203,6 @@ def rope_angles(
 
 
 def _round_to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
-    mantissa, exponent = torch.frexp(
-        x
-    )  # x = mantissa * 2**exponent, |mantissa| in [1/2, 1)
+    # x = mantissa * 2**exponent, |mantissa| in [1/2, 1)
+    mantissa, exponent = torch.frexp(x)
     return torch.ldexp(torch.round(mantissa * 2**bits), (exponent - bits).double())

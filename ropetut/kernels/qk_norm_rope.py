@@ -67,9 +67,8 @@ def _table(
     dtype."""
     tok_mask = t < T
     table_mask = tok_mask & (i < HALF)
-    if (
-        HAS_POSITIONS
-    ):  # a row outside the table is never read: its token gets NaN instead
+    # a row outside the table is never read: its token gets NaN instead
+    if HAS_POSITIONS:
         row = tl.load(pos_ptr + b * spb + t * spt, mask=tok_mask, other=0)
         table_mask = table_mask & (row >= 0) & (row < N_POS)
     else:
@@ -645,10 +644,7 @@ def qk_norm_rope_forward(
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D); any strides; q_out may be q
     (and k_out k): in place. w_q, w_k: (D,). cos, sin: (n_positions, rotary_dim/2),
     contiguous. positions: None or (B, T) integers. Returns (q_out, k_out)."""
-    w_q, w_k = (
-        w_q.contiguous(),
-        w_k.contiguous(),
-    )  # the kernel reads them with unit stride
+    w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
     if q.shape[0] * q.shape[1] == 0:
         return q_out, k_out
     sizes, table_strides, constexprs, n_tiles_t = _shared_args(
@@ -700,10 +696,7 @@ def qk_norm_rope_backward(
     dq_out, dk_out (any strides). q, k: the forward's inputs. Returns
     (dq, dk, dw_q, dw_k): dq, dk laid out like q and k, dw_q and dw_k in the weights'
     dtypes."""
-    w_q, w_k = (
-        w_q.contiguous(),
-        w_k.contiguous(),
-    )  # the kernel reads them with unit stride
+    w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
     dq, dk = torch.empty_like(q), torch.empty_like(k)
     B, T, _, D = q.shape
     if B * T == 0:
