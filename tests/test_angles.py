@@ -198,6 +198,8 @@ def test_bad_arguments_name_themselves():
         apply_rope_angles(q, None, inv_freq, layout="thd")
     with pytest.raises(ValueError, match="q"):
         apply_rope_angles(q.expand(2, 4, 2, 16), None, inv_freq, inplace=True)
+    with pytest.raises(ValueError, match="^q: head dim must be even"):  # as apply_rope
+        apply_rope_angles(randn(1, 4, 2, 17), None, inv_freq, rotary_dim=16)
 
 
 def test_refusal_writes_nothing():
