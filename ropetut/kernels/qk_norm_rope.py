@@ -38,6 +38,8 @@ result does not depend on scheduling (deterministic), and an fp32 sum over a pro
 rows, then over programs, keeps the precision of a million-row reduction.
 """
 
+import struct
+
 import torch
 import triton
 import triton.language as tl
@@ -75,9 +77,8 @@ def _table(
         row = t
     cos = tl.load(cos_ptr + row * s_cos + i, mask=table_mask, other=float("nan"))
     sin = tl.load(sin_ptr + row * s_cos + i, mask=table_mask, other=float("nan"))
-    if FP64:
-        return cos.to(tl.float64), sin.to(tl.float64)
-    return cos.to(tl.float32), sin.to(tl.float32)
+    compute = tl.float64 if FP64 else tl.float32  # one return: the compiler types it
+    return cos.to(compute), sin.to(compute)
 
 
 @triton.jit
@@ -97,7 +98,9 @@ def _forward_heads(
     D,
     R,
     eps,
+    eps_lo,
     offset,
+    offset_lo,
     sxb,
     sxt,
     sxh,
@@ -119,6 +122,8 @@ def _forward_heads(
         d1, d2 = i, i + HALF
     d_pass = R + p
     i_mask, p_mask = i < HALF, d_pass < D
+    offset = tl.cast(offset, cos.dtype) + offset_lo  # fp64 keeps both halves
+    eps = tl.cast(eps, cos.dtype) + eps_lo
     w1 = tl.load(w_ptr + d1, mask=i_mask, other=0).to(cos.dtype) + offset
     w2 = tl.load(w_ptr + d2, mask=i_mask, other=0).to(cos.dtype) + offset
     wp = tl.load(w_ptr + d_pass, mask=p_mask, other=0).to(cos.dtype) + offset
@@ -171,7 +176,9 @@ def qk_norm_rope_fwd_kernel(
     R,
     N_POS,
     eps,
-    offset,  # HALF = R/2 pairs; dims R..D pass
+    eps_lo,
+    offset,
+    offset_lo,  # HALF = R/2 pairs; dims R..D pass; scalars as fp32 hi + lo
     sqb,
     sqt,
     sqh,
@@ -239,7 +246,9 @@ def qk_norm_rope_fwd_kernel(
         D,
         R,
         eps,
+        eps_lo,
         offset,
+        offset_lo,
         sqb,
         sqt,
         sqh,
@@ -269,7 +278,9 @@ def qk_norm_rope_fwd_kernel(
         D,
         R,
         eps,
+        eps_lo,
         offset,
+        offset_lo,
         skb,
         skt,
         skh,
@@ -303,7 +314,9 @@ def _backward_heads(
     D,
     R,
     eps,
+    eps_lo,
     offset,
+    offset_lo,
     sxb,
     sxt,
     sxh,
@@ -330,6 +343,8 @@ def _backward_heads(
         d1, d2 = i, i + HALF
     d_pass = R + p
     i_mask, p_mask = i < HALF, d_pass < D
+    offset = tl.cast(offset, cos.dtype) + offset_lo  # fp64 keeps both halves
+    eps = tl.cast(eps, cos.dtype) + eps_lo
     w1 = tl.load(w_ptr + d1, mask=i_mask, other=0).to(cos.dtype) + offset
     w2 = tl.load(w_ptr + d2, mask=i_mask, other=0).to(cos.dtype) + offset
     wp = tl.load(w_ptr + d_pass, mask=p_mask, other=0).to(cos.dtype) + offset
@@ -433,7 +448,9 @@ def qk_norm_rope_bwd_kernel(
     R,
     N_POS,
     eps,
+    eps_lo,
     offset,
+    offset_lo,
     N_TILES_T,
     N_TILES,
     N_PROGRAMS,
@@ -530,7 +547,9 @@ def qk_norm_rope_bwd_kernel(
             D,
             R,
             eps,
+            eps_lo,
             offset,
+            offset_lo,
             sqb,
             sqt,
             sqh,
@@ -566,7 +585,9 @@ def qk_norm_rope_bwd_kernel(
             D,
             R,
             eps,
+            eps_lo,
             offset,
+            offset_lo,
             skb,
             skt,
             skh,
@@ -592,6 +613,14 @@ def qk_norm_rope_bwd_kernel(
     _store_dw(
         dwk_ptr, pid, D, d1, d2, d_pass, i_mask, p_mask, dwk1, dwk2, dwkp, HAS_PASS
     )
+
+
+def _fp32_pair(x):
+    """x as two fp32 scalars hi + lo. Triton passes a Python float to a compiled kernel
+    as fp32; the kernels add both halves in their compute dtype, so an fp64 kernel sees
+    eps and weight_offset to ~48 bits instead of 24."""
+    hi = struct.unpack("f", struct.pack("f", x))[0]
+    return hi, x - hi
 
 
 PAIRS_PER_TILE, NUM_WARPS = 2048, 8  # final's tile; to be tuned on the GPU
@@ -663,8 +692,8 @@ def qk_norm_rope_forward(
         sin,
         pos,
         *sizes,
-        eps,
-        weight_offset,
+        *_fp32_pair(eps),
+        *_fp32_pair(weight_offset),
         *q.stride(),
         *k.stride(),
         *q_out.stride(),
@@ -730,8 +759,8 @@ def qk_norm_rope_backward(
         sin,
         pos,
         *sizes,
-        eps,
-        weight_offset,
+        *_fp32_pair(eps),
+        *_fp32_pair(weight_offset),
         n_tiles_t,
         n_tiles,
         n_programs,

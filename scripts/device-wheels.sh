@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Wheels for the GPU machine, which has no network (run this where pip can download).
+#
+# The GPU machine's image (Python 3.12, torch 2.11, triton 3.6) lacks what the suite's
+# Jupyter-bound modules and the chapters need (nbformat, nbclient, nbval, ipykernel,
+# ipywidgets and their dependencies) and Liger-Kernel, the benchmarks' peer. This puts
+# them in .whl/ (git-ignored, ~13 MiB), which scripts/gpu-validate.sh installs into
+# /tmp/site: name ".whl" in the device call's carry. Packages the image already has
+# (pytest, packaging, psutil, pygments, ...) are left out, so the image's versions stay.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LIGER=${LIGER_VERSION:-0.8.5}
+DL=/tmp/device-wheels
+rm -rf .whl "$DL" && mkdir -p .whl "$DL"
+platforms=()
+for p in manylinux1 manylinux2014 manylinux_2_17 manylinux_2_24 manylinux_2_27 \
+         manylinux_2_28 manylinux_2_31 manylinux_2_34 manylinux_2_35; do
+  platforms+=(--platform "${p}_x86_64")
+done
+fetch() { python3 -m pip download -q --only-binary=:all: --python-version 3.12 \
+            --implementation cp "${platforms[@]}" -d "$DL" "$@"; }
+fetch nbformat nbclient nbval==0.11.0 ipykernel ipywidgets
+fetch --no-deps "liger-kernel==$LIGER"
+# on the image already (KINDS.md's package list): keep its versions
+on_image=(attrs coverage iniconfig packaging pluggy psutil pygments pytest python_dateutil
+          typing_extensions six)
+for name in "${on_image[@]}"; do rm -f "$DL/$name"-[0-9]*.whl; done
+mv "$DL"/*.whl .whl/
+rm -rf "$DL"
+ls .whl && du -sh .whl
