@@ -13,6 +13,10 @@ Each input set is fresh random data, and small problems rotate among enough sets
 times L2, so no timing reads a warm cache. ``host_rows`` measures the host's own cost per call,
 on tensors so tiny that the GPU waits for the host. Without a GPU nothing is timed: ``run`` prints
 ``NO_GPU`` and returns None.
+
+Before a provider is timed, ``check_untouched`` runs it once: a provider that writes
+into an input or gradient buffer it does not declare in ``MUTATES`` gets an error, not
+a time.
 """
 import argparse
 import itertools
@@ -41,6 +45,11 @@ CUTE = "cute"   # the CuTeDSL kernel (appendix): timed where nvidia-cutlass-dsl 
 PROVIDERS = (COPY, *PEERS, *VERSIONS, CUTE)
 AUTOGRAD_FLOOR = "autograd.Function floor"   # host_rows: what an empty autograd.Function costs
 FWD_ONLY = ("final (in place)", "final (partial, in place)")   # autograd refuses in place on a leaf
+# What a provider writes into, of the buffers the harness hands it (q, k; gq, gk in
+# fwd+bwd): check_untouched lets it change these and nothing else. Liger's forward
+# rotates q and k in place; its backward writes dq, dk into gq, gk.
+MUTATES = {"final (in place)": ("q", "k"), "final (partial, in place)": ("q", "k"),
+           "liger": ("q", "k", "gq", "gk")}
 PEERS_AT_POSITIONS = (COPY, "torch eager", "torch.compile", "liger")   # gather rows at positions
 # The providers that run a registry kernel on the shape's positions: whether they can is the
 # kernel's ``Supports``. ("final (partial, in place)" is chapter 7's, without positions.)
@@ -124,6 +133,40 @@ def input_sets(make_inputs) -> list:
     first = make_inputs()
     set_bytes = sum(t.nbytes for t in first)
     return [first] + [make_inputs() for _ in range(min(1023, max(1, -(-4 * l2_bytes() // set_bytes) - 1)))]
+
+
+INPUT_NAMES = ("q", "k", "gq", "gk")   # make_inputs' order
+
+
+def clones(inputs) -> tuple:
+    """Fresh copies of an input set, leaves requiring grad where the originals did: what
+    each provider gets when several are compared, so none reads another's writes."""
+    return tuple(t.detach().clone().requires_grad_(t.requires_grad) for t in inputs)
+
+
+def check_untouched(name, fn, inputs, mutates=(), **others):
+    """Run ``fn(*inputs)`` once; raise unless every input (named as in INPUT_NAMES) and
+    every tensor in ``others`` (weights) is bit for bit what it was, save those named in
+    ``mutates``: the provider's entry in MUTATES, declared beside the providers.
+
+    A provider that writes into its inputs or output gradients (Liger) is timed as it
+    is, on buffers it keeps rewriting: what it does per call does not depend on the
+    values, and copying inside the timed closure would charge it for a copy. So the
+    harness only has to know: an undeclared write is a bug (in the provider or in its
+    wrapper here), and a declared one means a comparison must hand it ``clones``."""
+    named = dict(zip(INPUT_NAMES, inputs), **others)
+    before = {key: t for key, t in zip(named, clones(named.values()))
+              if key not in mutates}
+    fn(*inputs)
+    written = [key for key, old in before.items() if not _same_bits(named[key], old)]
+    if written:
+        raise RuntimeError(f"{name!r} wrote into {', '.join(written)}, which it does "
+                           f"not declare (it declares {tuple(mutates)})")
+
+
+def _same_bits(a, b) -> bool:
+    """Bit for bit: -0.0 is not 0.0, and a NaN equals itself."""
+    return torch.equal(*(t.detach().flatten().view(torch.uint8) for t in (a, b)))
 
 
 def time_ms(fn, *, make_inputs=None) -> float:
@@ -287,6 +330,7 @@ def measure(name: str, shape: Shape, mode: str, floor_ms: float, graph_floor_ms:
         else:
             fn = make_provider(name, shape)
             fn = training_step(fn) if mode == "fwd+bwd" else fn
+            check_untouched(name, fn, inputs(), MUTATES.get(name, ()))
             ms = time_ms(fn, make_inputs=inputs)
             graphed = None if graph_floor_ms is None else graph_ms(fn, make_inputs=inputs)
         row.update(ms=ms, gbps=bytes_moved(shape, mode) / ms / 1e6, pct_floor=floor_ms / ms * 100,
@@ -358,17 +402,18 @@ def host_rows(providers=HOST_PROVIDERS, modes=MODES, shape=HOST_SHAPE, rounds=9)
     providers = [p for p in providers if p != "liger" or liger_rope() is not None]
     rows = []
     for mode in modes:
-        inputs = make_inputs(shape, mode)
-        fns = {}
+        fns, inputs = {}, {}
         for name in providers:
             fn = _Identity.apply if name == AUTOGRAD_FLOOR else make_provider(name, shape)
             fns[name] = training_step(fn) if mode == "fwd+bwd" else fn
+            inputs[name] = make_inputs(shape, mode)   # its own: Liger writes there
+            check_untouched(name, fns[name], inputs[name], MUTATES.get(name, ()))
             for _ in range(20):        # compile, warm up
-                fns[name](*inputs)
+                fns[name](*inputs[name])
         times = {name: [] for name in providers}
         for _ in range(rounds):
             for name, fn in fns.items():
-                times[name].append(host_us(fn, inputs))
+                times[name].append(host_us(fn, inputs[name]))
         for name in providers:
             rows.append(dict(provider=name, mode=mode, shape=shape.label,
                              host_us=sorted(times[name])[rounds // 2], vs_liger=None))

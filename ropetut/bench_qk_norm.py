@@ -12,7 +12,10 @@ and w_k):
 
 Inputs are laid out as Hugging Face's Qwen3 makes them: the projection viewed as
 (B, T, H, D), normalised there, and handed to RoPE as (B, H, T, D) views. The timers,
-inputs and table are ``ropetut.bench``'s; without a GPU nothing is timed.
+inputs, table and the check that a provider writes only into what it declares in
+``MUTATES`` are ``ropetut.bench``'s; without a GPU nothing is timed. Liger writes its
+input gradients into the output gradients' buffers: a comparison of providers hands
+each one ``bench.clones`` of the inputs.
 """
 
 import argparse
@@ -29,6 +32,10 @@ from .tables import rope_tables, standard
 
 FUSED, LIGER, EAGER, COMPILED = "fused", "liger", "torch eager", "torch.compile"
 PROVIDERS = (bench.COPY, FUSED, LIGER, EAGER, COMPILED)
+# What a provider writes into, of q, k, gq, gk (bench.check_untouched): the backward
+# of Liger's RoPE writes dq, dk into gq, gk, and its RMSNorm's writes dx into dy,
+# there too.
+MUTATES = {LIGER: ("gq", "gk")}
 SHAPES = [
     bench.Shape(4, 4096, 32, 8, 128),  # Qwen3-8B-like
     bench.Shape(1, 32768, 32, 8, 128),  # Qwen3-8B-like, long
@@ -140,6 +147,9 @@ def measure(name, shape, mode, floor_ms, graph_floor_ms):
         else:
             fn, weights = make_provider(name, shape)
             fn = training_step(fn, weights) if mode == "fwd+bwd" else fn
+            w_q, w_k = weights
+            mutates = MUTATES.get(name, ())
+            bench.check_untouched(name, fn, inputs(), mutates, w_q=w_q, w_k=w_k)
             ms = bench.time_ms(fn, make_inputs=inputs)
             graphed = bench.graph_ms(fn, make_inputs=inputs)
         row.update(

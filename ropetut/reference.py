@@ -55,7 +55,8 @@ def rope_rotate_half(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
 def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, positions=None,
                    interleaved: bool = False, rotary_dim: int | None = None,
                    layout: str = "bthd", inverse: bool = False) -> torch.Tensor:
-    """Standard RoPE (pair turned by +theta) in float64, on the CPU. Returns float64; differentiable.
+    """Standard RoPE (pair turned by +theta) in float64 on x's device (tables and positions
+    follow x). Returns float64; differentiable.
 
     x: (B, T, H, D) for layout "bthd", (B, H, T, D) for "bhtd".
     cos, sin: (n_positions, rotary_dim/2) tables, used in float64.
@@ -64,15 +65,18 @@ def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, pos
     rotary_dim: rotate the first rotary_dim dims only (default all); the rest pass through.
     inverse: turn by -theta (the backward of the rotation).
     """
-    x = x.double().cpu()
+    x = x.double()
     if layout == "bhtd":
         x = x.transpose(1, 2)
     B, T, H, D = x.shape
     R = rotary_dim or D
-    pos = torch.arange(T) if positions is None else positions.cpu().long()
+    if positions is None:
+        pos = torch.arange(T, device=x.device)
+    else:
+        pos = positions.to(x.device).long()
     pos = pos.expand(B, T)
-    c = cos.double().cpu()[pos][:, :, None, :]  # (B, T, 1, R/2)
-    s = sin.double().cpu()[pos][:, :, None, :]
+    c = cos.to(x.device, torch.float64)[pos][:, :, None, :]  # (B, T, 1, R/2)
+    s = sin.to(x.device, torch.float64)[pos][:, :, None, :]
     if inverse:
         s = -s
     rot, rest = x[..., :R], x[..., R:]
@@ -93,12 +97,12 @@ def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, pos
 
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, *, eps: float = 1e-6,
                        weight_offset: float = 0.0) -> torch.Tensor:
-    """Plain RMSNorm over the last dim in float64, on the CPU:
+    """Plain RMSNorm over the last dim in float64, on x's device:
     x / sqrt(mean(x**2) + eps) * (weight + weight_offset). Returns float64;
     differentiable."""
-    x = x.double().cpu()
+    x = x.double()
     rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return x * rstd * (weight.double().cpu() + weight_offset)
+    return x * rstd * (weight.to(x.device, torch.float64) + weight_offset)
 
 
 def qk_norm_rope_reference(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor,
@@ -106,6 +110,6 @@ def qk_norm_rope_reference(x: torch.Tensor, weight: torch.Tensor, cos: torch.Ten
                            weight_offset: float = 0.0, layout: str = "bthd",
                            **rope_options) -> torch.Tensor:
     """``rope_reference(rms_norm_reference(x, weight))``: QK-norm then RoPE, in float64
-    on the CPU, for one of q and k. rope_options: positions, interleaved, rotary_dim."""
+    on x's device, for one of q and k. rope_options: positions, interleaved, rotary_dim."""
     normed = rms_norm_reference(x, weight, eps=eps, weight_offset=weight_offset)
     return rope_reference(normed, cos, sin, layout=layout, **rope_options)

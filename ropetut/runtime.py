@@ -5,10 +5,19 @@ This module must be imported before any module that defines a ``@triton.jit`` ke
 ``TRITON_INTERPRET`` environment variable. ``ropetut/__init__.py`` imports it first.
 """
 import os
+import sys
 
 import torch
 
 if not torch.cuda.is_available():
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        # triton's own @jit helpers (tl.sum, tl.max, ...) were decorated to compile:
+        # the interpreter would refuse them inside ropetut's kernels, much later
+        raise ImportError(
+            "import ropetut before triton on a machine without a CUDA GPU (or set "
+            "TRITON_INTERPRET=1 first): ropetut runs its kernels in Triton's "
+            "interpreter there, and triton chooses at import"
+        )
     os.environ["TRITON_INTERPRET"] = "1"
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"

@@ -17,8 +17,9 @@ Dynamic NTK and LongRoPE depend on the current sequence length. ``seq_len`` may 
 Python int (the host knows the length: a batch's T, flash-attn's ``max_seqlen``) or a
 0-d integer tensor on the device (a length only the device knows, e.g.
 ``cu_seqlens[-1]``): then every operation stays on the device, the vector is rebuilt per
-length without a host sync, and the table-free kernel reads it like any other
-``inv_freq``. Only rotary_dim/2 numbers are rebuilt, not a table."""
+length without a host sync (LongRoPE's factors given as device tensors), and the
+table-free kernel reads it like any other ``inv_freq``. Only rotary_dim/2 numbers are
+rebuilt, not a table."""
 
 import math
 
@@ -127,7 +128,8 @@ def longrope(
     ``original_max_position_embeddings``, ``short_factor`` before. ``factor`` defaults
     to ``max_position_embeddings / original_max_position_embeddings``; the attention
     factor to ``sqrt(1 + ln(factor) / ln(original))``. ``seq_len``: None, int, or a 0-d
-    device tensor."""
+    device tensor (then the vector is built on its device, with no host sync if the
+    factors are tensors there too: lists are copied from the host)."""
     if factor is None:
         if max_position_embeddings is None:
             raise ValueError("factor: give it, or max_position_embeddings to derive it")
@@ -145,9 +147,13 @@ def longrope(
             raise ValueError(
                 f"{name}: needs head_dim/2 = {head_dim // 2} entries, got {len(given)}"
             )
-    # transformers makes the factors float32 tensors whatever the dtype
-    short = torch.tensor(short_factor, dtype=torch.float32, device=device).to(dtype)
-    long = torch.tensor(long_factor, dtype=torch.float32, device=device).to(dtype)
+    if isinstance(seq_len, torch.Tensor) and device is None:
+        device = seq_len.device
+    # transformers makes the factors float32 tensors whatever the dtype. Factors given
+    # as tensors on the device are used there; lists are copied from the host, which
+    # waits for the GPU: make them tensors once to rebuild per length without a sync.
+    short = torch.as_tensor(short_factor, dtype=torch.float32, device=device).to(dtype)
+    long = torch.as_tensor(long_factor, dtype=torch.float32, device=device).to(dtype)
     if isinstance(seq_len, torch.Tensor):
         ext_factors = torch.where(
             seq_len > original_max_position_embeddings, long, short

@@ -35,8 +35,10 @@ PRESETS = {"standard": standard, "half_truncated": half_truncated, "partial": pa
 
 def rope_tables(freqs: torch.Tensor, n_positions: int, *, dtype: torch.dtype = torch.float32,
                 device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of ``p * freqs`` for p in [0, n_positions), each ``(n_positions, len(freqs))``."""
-    angles = torch.arange(n_positions, dtype=torch.float64)[:, None] * freqs.double()[None, :]
+    """cos and sin of ``p * freqs`` for p in [0, n_positions), each ``(n_positions, len(freqs))``,
+    computed on freqs' device, then moved to ``device`` (default: stay there)."""
+    p = torch.arange(n_positions, dtype=torch.float64, device=freqs.device)
+    angles = p[:, None] * freqs.double()[None, :]
     return angles.cos().to(dtype=dtype, device=device), angles.sin().to(dtype=dtype, device=device)
 
 

@@ -124,6 +124,33 @@ def _autocast():
     return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on_gpu())
 
 
+@contextmanager
+def deterministic_on_gpu():
+    """Within it, a GPU run gives the same losses every time, bit for bit: torch's
+    deterministic algorithms (SDPA's backward among them: it otherwise sums dq with
+    atomics), and the fixed cuBLAS workspace they require. Memory from torch.empty is
+    not filled (deterministic mode would, at a cost in every step): nothing here reads
+    it before writing. The previous settings come back on exit."""
+    if not on_gpu():
+        yield
+        return
+    fill = torch.utils.deterministic
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        fill.fill_uninitialized_memory,
+    )
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    fill.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        fill.fill_uninitialized_memory = before[2]
+
+
+@deterministic_on_gpu()
 def train(
     model_config: GPTConfig,
     train_config: TrainConfig,
@@ -369,8 +396,11 @@ RUN_KEYS = ("name", "model", "train", "split", "final", "train_seconds", "tokens
 
 def regime() -> str:
     """How ``train`` runs here, beyond its configs: on a GPU in bf16 autocast with fused
-    AdamW, on a CPU in fp32. A run's hash includes it: a CPU run is not a GPU run."""
-    return "cuda, bf16 autocast, fused AdamW" if on_gpu() else "cpu, fp32"
+    AdamW and deterministic algorithms, on a CPU in fp32. A run's hash includes it: a
+    CPU run is not a GPU run, nor one from before the GPU's runs were repeatable."""
+    if on_gpu():
+        return "cuda, bf16 autocast, fused AdamW, deterministic"
+    return "cpu, fp32"
 
 
 def config_hash(model: dict, train: dict, how: str | None = None) -> str:

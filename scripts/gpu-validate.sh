@@ -3,7 +3,9 @@
 #   check     python -m ropetut check (every kernel against the float64 reference)
 #   chapters  execute every chapter in place, storing its outputs
 #   nbval     strict pytest --nbval over the executed chapters
-#   tests     the test suite, GPU tests included
+#   tests     the whole test suite, GPU tests included; its summary line, with the commit
+#             ($ROPETUT_COMMIT in a copy without .git), torch and triton, goes to
+#             results/gpu_tests_h100.txt (one line per Triton version; copied to $OUT)
 #   bench     python -m ropetut bench --quick -> results/bench_h100.json, book/_static/headline.png
 #   probe     scripts/probe_tiles.py -> results/probe_h100.txt (tile sizes and warps against Liger)
 #   env       results/ENVIRONMENT.md: where those outputs came from
@@ -111,9 +113,29 @@ nbval_parallel() {
   return $status
 }
 ROPETUT_LEDGER_DIR="$(mktemp -d)" step nbval nbval_parallel
-step tests python3 -m pytest -q tests/ -p no:cacheprovider
+# suite: the whole test suite, every module collected (-rs lists each skip's reason), then
+# its summary line into results/gpu_tests_h100.txt, replacing that Triton version's line
+suite() {
+  local log versions status=0
+  log=$(mktemp)
+  python3 -m pytest -q -rfEs -p no:cacheprovider tests/ 2>&1 | tee "$log" || status=1
+  versions=$(python3 -c 'import torch, triton
+from ropetut.provenance import commit
+print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__version__}"
+      f" | triton {triton.__version__}")')
+  local line="$versions | $(date -u +%Y-%m-%d) | $(tail -n 1 "$log" | tr -d '=' | xargs)"
+  local record=results/gpu_tests_h100.txt
+  mkdir -p results && touch "$record"
+  local triton_field=${versions##*| }
+  { grep -v -F "| $triton_field |" "$record" || true; echo "$line"; } > "$record.new"
+  mv "$record.new" "$record"
+  [[ -z "${OUT:-}" ]] || cp "$record" "$OUT/"
+  echo "$line"
+  return $status
+}
+step tests suite
 step host python3 scripts/host_before_after.py "${BASELINE:-.baseline}"
-PYTHONPATH="/tmp/triton371:$PYTHONPATH" step triton371 python3 -m pytest -q tests/ -p no:cacheprovider
+PYTHONPATH="/tmp/triton371:$PYTHONPATH" step triton371 suite
 step bench python3 -m ropetut bench --quick --json results/bench_h100.json --plot book/_static/headline.png
 probe() { mkdir -p results && python3 scripts/probe_tiles.py | tee results/probe_h100.txt; }
 step probe probe

@@ -46,7 +46,7 @@ def near_powers_of_two(top=24):
 
 def scale_error(out, ref):
     """max |out - ref| relative to the output's scale (max |ref|), per token."""
-    out, ref = out.detach().double().cpu(), ref.double()
+    out, ref = out.detach().double().cpu(), ref.double().cpu()
     return ((out - ref).abs().amax(dim=(0, 2, 3)) / ref.abs().amax()).max().item()
 
 

@@ -46,7 +46,7 @@ def test_providers_compute_rope(name):
     q, k = randn(2, 9, 4, 16), randn(2, 9, 2, 16)
     expected = [rope_reference(x, cos, sin, interleaved=name == "v1") for x in (q, k)]
     for out, ref in zip(bench.make_provider(name, shape)(q, k), expected):
-        torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["torch eager", "liger", "final", "final (in place)"])
@@ -63,7 +63,7 @@ def test_providers_at_positions_compute_rope(name):
     q, k = randn(3, 1, 4, 16), randn(3, 1, 2, 16)
     expected = [rope_reference(x, cos, sin, positions=pos) for x in (q, k)]
     for out, ref in zip(fn(q, k), expected):
-        torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_partial_in_place_rotates_half_the_dims():
@@ -72,7 +72,7 @@ def test_partial_in_place_rotates_half_the_dims():
     q, k = randn(2, 9, 4, 16), randn(2, 9, 2, 16)
     expected = [rope_reference(x, cos, sin, rotary_dim=8) for x in (q, k)]
     for out, ref in zip(bench.make_provider("final (partial, in place)", shape)(q, k), expected):
-        torch.testing.assert_close(out.double().cpu(), ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_supports():
@@ -105,6 +105,165 @@ def test_cli_bench_quick_without_gpu():
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == NO_GPU
+
+
+class _LigerLike(torch.autograd.Function):
+    """A stand-in for Liger's RoPE: rotates q and k in place (here: doubles them), past
+    autograd as Liger's kernel does, and writes dq, dk into the output gradients."""
+
+    @staticmethod
+    def forward(ctx, q, k):
+        return q.mul_(2), k.mul_(2)
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        return dq.mul_(2), dk.mul_(2)
+
+
+def _out_of_place(q, k):
+    return 2 * q, 2 * k
+
+
+def _writes_q(q, k):
+    with torch.no_grad():
+        q[0, 0, 0, 0] += 1
+    return 2 * q, 2 * k
+
+
+class _WritesGq(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k):
+        return 2 * q, 2 * k
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        return dq.mul_(2), 2 * dk
+
+
+_writes_gq = _WritesGq.apply
+_liger_like = _LigerLike.apply
+
+
+TINY = bench.Shape(B=1, T=3, HQ=2, HK=1, D=4, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("mode", bench.MODES)
+def test_check_untouched_lets_declared_writes_through(mode):
+    inputs = bench.make_inputs(TINY, mode)
+    step = bench.training_step(_out_of_place) if mode == "fwd+bwd" else _out_of_place
+    bench.check_untouched("out of place", step, inputs)
+    if mode == "fwd":  # in place by design, as "final (in place)" is
+        bench.check_untouched("in place", _liger_like, inputs, mutates=("q", "k"))
+        with pytest.raises(RuntimeError, match=r"'in place' wrote into q, k, which"):
+            bench.check_untouched("in place", _liger_like, inputs)
+    else:  # and into gq, gk, as Liger's backward does
+        step = bench.training_step(_liger_like)
+        bench.check_untouched("liger", step, inputs, mutates=bench.MUTATES["liger"])
+        with pytest.raises(RuntimeError, match=r"'liger' wrote into gq, gk, which"):
+            bench.check_untouched("liger", step, inputs, mutates=("q", "k"))
+
+
+@pytest.mark.parametrize("fn, buffer", [(_writes_q, "q"), (_writes_gq, "gq")])
+def test_check_untouched_catches_undeclared_writes(fn, buffer):
+    inputs = bench.make_inputs(TINY, "fwd+bwd")
+    with pytest.raises(RuntimeError, match=rf"'sneaky' wrote into {buffer}, which it"):
+        bench.check_untouched("sneaky", bench.training_step(fn), inputs)
+
+
+def test_check_untouched_sees_weights_bit_for_bit():
+    w = torch.zeros(4)
+
+    def flips_a_sign(q, k):   # -0.0 == 0.0, but not bit for bit
+        w[0] = -0.0
+        return q, k
+
+    with pytest.raises(RuntimeError, match="'flips' wrote into w_q"):
+        bench.check_untouched("flips", flips_a_sign, bench.make_inputs(TINY, "fwd"),
+                              w_q=w)
+
+
+def test_clones_are_fresh_leaves():
+    inputs = bench.make_inputs(TINY, "fwd+bwd")
+    copies = bench.clones(inputs)
+    for t, c in zip(inputs, copies):
+        assert torch.equal(t, c) and c.data_ptr() != t.data_ptr()
+        assert c.is_leaf and c.requires_grad == t.requires_grad
+    bench.training_step(_liger_like)(*copies)   # writes into copies' gq, gk
+    assert not torch.equal(copies[2], inputs[2])
+
+
+@pytest.mark.parametrize("mode", bench.MODES)
+@pytest.mark.parametrize("name", ["torch eager", "HF rotate_half", "liger", "final",
+                                  "final (in place)", "final (partial, in place)"])
+def test_providers_write_only_what_they_declare(name, mode):
+    """The real providers against their MUTATES entries (Liger where it imports)."""
+    if name == "liger" and bench.liger_rope() is None:
+        pytest.skip("liger_kernel is not installed")
+    shape = bench.Shape(B=2, T=9, HQ=4, HK=2, D=16, dtype=torch.float32)
+    if not bench.supports(name, shape, mode):
+        pytest.skip(f"{name} runs fwd only")
+    fn = bench.make_provider(name, shape)
+    fn = bench.training_step(fn) if mode == "fwd+bwd" else fn
+    inputs = bench.make_inputs(shape, mode)
+    bench.check_untouched(name, fn, inputs, bench.MUTATES.get(name, ()))
+
+
+@pytest.mark.parametrize("name", ["fused", "liger", "torch eager"])
+def test_qk_norm_providers_write_only_what_they_declare(name):
+    from ropetut import bench_qk_norm
+
+    if name == "liger" and bench_qk_norm.liger_pair() is None:
+        pytest.skip("liger_kernel is not installed")
+    shape = bench.Shape(B=2, T=5, HQ=4, HK=2, D=16, dtype=torch.float32)
+    fn, (w_q, w_k) = bench_qk_norm.make_provider(name, shape)
+    step = bench_qk_norm.training_step(fn, (w_q, w_k))
+    mutates = bench_qk_norm.MUTATES.get(name, ())
+    for mode, fn in (("fwd", fn), ("fwd+bwd", step)):
+        inputs = bench.make_inputs(shape, mode)
+        bench.check_untouched(name, fn, inputs, mutates, w_q=w_q, w_k=w_k)
+
+
+@pytest.fixture
+def no_timers(monkeypatch):
+    """measure() on any device: the timers answer 1 ms and 0 MB."""
+    monkeypatch.setattr(bench, "time_ms", lambda fn, make_inputs: 1.0)
+    monkeypatch.setattr(bench, "graph_ms", lambda fn, make_inputs: 1.0)
+    monkeypatch.setattr(bench, "peak_mem_mb", lambda fn, inputs: 0.0)
+
+
+@pytest.mark.parametrize("mode", bench.MODES)
+def test_measure_refuses_undeclared_writes(monkeypatch, no_timers, mode):
+    """The check runs inside measure, before the timers: a liger-like provider passes as
+    "liger" (declared in MUTATES) and fails, named with its buffers, as "final"."""
+    monkeypatch.setattr(bench, "make_provider", lambda name, shape: _liger_like)
+    liger = bench.measure("liger", TINY, mode, 1.0, 1.0)
+    assert liger["error"] is None and liger["ms"] == 1.0
+    final = bench.measure("final", TINY, mode, 1.0, 1.0)
+    written = "q, k" if mode == "fwd" else "q, k, gq, gk"
+    assert final["ms"] is None and final["error"] == (
+        f"RuntimeError: 'final' wrote into {written}, which it does not declare"
+        " (it declares ())")
+
+
+def test_qk_norm_measure_checks_gradients_and_weights(monkeypatch, no_timers):
+    from ropetut import bench_qk_norm
+
+    w_q = torch.ones(4, device=ropetut.DEVICE, requires_grad=True)
+    w_k = torch.ones(4, device=ropetut.DEVICE, requires_grad=True)
+
+    def provider(name, shape):
+        def fn(q, k):
+            if name == "writes w_k":
+                w_k.data.add_(1)
+            return _liger_like(q * w_q, k * w_k)   # in place on the normed q, k
+        return fn, (w_q, w_k)
+
+    monkeypatch.setattr(bench_qk_norm, "make_provider", provider)
+    rows = {name: bench_qk_norm.measure(name, TINY, "fwd+bwd", 1.0, 1.0)
+            for name in (bench_qk_norm.LIGER, "final", "writes w_k")}
+    assert rows["liger"]["error"] is None and rows["liger"]["ms"] == 1.0
+    assert "'final' wrote into gq" in rows["final"]["error"]
+    assert "'writes w_k' wrote into gq, gk, w_k, which" in rows["writes w_k"]["error"]
 
 
 def synthetic_rows(labels, tokens):

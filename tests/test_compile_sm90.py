@@ -1,19 +1,47 @@
 """Every production kernel compiles for the H100 (sm_90), on a machine with no GPU.
 
 Triton's interpreter runs code its compiler rejects (a tuple of dtypes assigned in a
-loop did, in ``kernels/angles.py``), so the CPU tests alone can't say a kernel will
-build on a GPU. Triton compiles to PTX and a cubin given only the target;
-scripts/ptx_vectors.py does, for final, angles and qk_norm_rope (forward and backward),
-outside this process: its modules load without ropetut's package, which would switch
-Triton to the interpreter.
+loop did, in ``kernels/angles.py``; two returns of different dtypes behind a constexpr
+``if`` did, in ``kernels/qk_norm_rope.py``, failing every fp64 QK-norm test on the
+GPU), so the CPU tests alone can't say a kernel will build on a GPU. Triton compiles to
+PTX and a cubin given only the target; scripts/ptx_vectors.py does, for v1-v4, final,
+angles and qk_norm_rope, forward and backward, in every dtype their tests use, outside
+this process: its modules load without ropetut's package, which would switch Triton to
+the interpreter.
 """
 
 import os
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ptx_vectors.py"
+ALL = ("float32", "float16", "bfloat16", "float64")
+# kernel: (dtypes, variants per dtype and direction in --quick)
+COVERED = {
+    "v1": (ALL, 1),
+    "v2": (ALL, 1),
+    "v3": (ALL, 1),
+    "v4": (ALL[:3], 1),  # v4 computes in fp32: no fp64
+    "final": (ALL, 2),  # half-split; interleaved with positions and partial rotary
+    "angles": (ALL, 2),
+    "qk_norm": (ALL, 2),
+}
+
+
+def widths(line: str, op: str) -> set[int]:
+    """The byte widths of a line's global loads (op "ld") or stores ("st"):
+    ld.global.v4.b32 and ld.global.v2.b64 are 16."""
+    found = re.findall(rf"\b{op}\.global(?:\.nc)?(?:\.v(\d))?\.[bfsu](\d+)", line)
+    return {int(n or 1) * int(bits) // 8 for n, bits in found}
+
+
+def test_widths_reads_ptx_names():
+    line = "ld.global.b32 x2, ld.global.nc.v2.b64 x4, st.global.v4.b32 x8"
+    line += ", st.global.b16 x2"
+    assert widths(line, "ld") == {4, 16} and widths(line, "st") == {16, 2}
 
 
 def test_kernels_compile_for_sm90_and_half_split_loads_are_vectorised():
@@ -27,10 +55,18 @@ def test_kernels_compile_for_sm90_and_half_split_loads_are_vectorised():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    for kernel in ("final", "angles", "qk_norm fwd", "qk_norm bwd"):
-        mine = [line for line in lines if line.startswith(kernel + " ")]
-        assert len(mine) == 4, (kernel, done.stdout)
-    # half-split rows move 16 bytes per load and store, as a copy does
+    # one line per variant: "kernel fwd|bwd dtype D=.. R=.. pairs ...  counts"
+    got = Counter(tuple(line.split()[:3]) for line in lines)
+    expected = {
+        (kernel, direction, dtype): n
+        for kernel, (dtypes, n) in COVERED.items()
+        for direction in ("fwd", "bwd")
+        for dtype in dtypes
+    }
+    assert got == expected, done.stdout
+    assert len(lines) == sum(expected.values()) == 78
+    # half-split rows move 16 bytes per load and store, as a copy does (v2.b64 in
+    # fp64), but in v3, whose programs of 32 pairs give each thread one pair
     for line in lines:
-        if "half-split" in line:
-            assert "ld.global.v4" in line and "st.global.v4" in line, line
+        if "half-split" in line and not line.startswith("v3 "):
+            assert 16 in widths(line, "ld") and 16 in widths(line, "st"), line
