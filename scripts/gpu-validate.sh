@@ -20,7 +20,9 @@
 #             reasons outside ropetut: compare with the tests step's counts.
 # STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh; CHAPTERS
 # (paths) limits the chapters and nbval steps to those notebooks.
-# Wheels in .whl/ (e.g. liger-kernel, packaging) are installed into /tmp/site first. CuTeDSL, for
+# Wheels in .whl/ (scripts/device-wheels.sh: Liger, nbformat, nbval, ipykernel, ...) are
+# installed into /tmp/site first; carry ".whl" (with a Triton part it is over the 64 MiB a call
+# carries: then export PYTHONPATH=/tmp/site on the still-warm machine instead). CuTeDSL, for
 # impl="cute" and the appendix, is optional: on a machine without network, stage it into /tmp/site
 # first with scripts/cute-install.sh (three calls, see there); without it, its tests and cells skip.
 # With OUT set, the log is also written to $OUT/gpu-validate.log.
@@ -118,7 +120,9 @@ ROPETUT_LEDGER_DIR="$(mktemp -d)" step nbval nbval_parallel
 suite() {
   local log versions status=0
   log=$(mktemp)
-  python3 -m pytest -q -rfEs -p no:cacheprovider tests/ 2>&1 | tee "$log" || status=1
+  # shellcheck disable=SC2086  # JOBS=N: N pytest-xdist workers sharing the GPU
+  python3 -m pytest -q -rfEs -p no:cacheprovider ${JOBS:+-n $JOBS} tests/ 2>&1 \
+    | tee "$log" || status=1
   versions=$(python3 -c 'import torch, triton
 from ropetut.provenance import commit
 print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__version__}"
