@@ -12,11 +12,19 @@ since, committed or not, makes it stale. A commit that git does not know, or no 
 counts as stale: nothing says which sources ran (in a shallow clone, fetch the history first:
 ``git fetch --unshallow``). Exits 1 and names each stale chapter; ``scripts/gpu-validate.sh``
 ends with it, and the test suite runs it.
+
+Library source that a chapter prints counts as its source too: each ``show_source(obj)`` and
+``show_definitions(path, *names)`` in its code cells is resolved (the cells' imports and simple
+assignments are run, nothing else) to a file and a top-level definition, or a whole module, and
+that text at the run's commit must equal the text now.
 """
+import ast
+import inspect
 import json
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 from sync_install_cell import install_cell   # scripts/, beside this file
@@ -48,6 +56,81 @@ def cell_sources(nb: dict) -> list:
             for kind, src in sources]
 
 
+def _code_cells(nb: dict):
+    """Each code cell as a module AST (IPython's % and ! lines left out)."""
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            lines = [line for line in src.splitlines() if not line.lstrip().startswith(("%", "!"))]
+            yield ast.parse("\n".join(lines))
+
+
+def printed_sources(nb: dict) -> list:
+    """(file, name) for every definition the chapter prints from the library: name None for a
+    whole module. Raises ValueError naming a show_source call it cannot resolve."""
+    trees = list(_code_cells(nb))
+    calls = [node for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Name)
+             and node.func.id in ("show_source", "show_definitions")]
+    used = {n.id for call in calls for a in call.args for n in ast.walk(a)
+            if isinstance(n, ast.Name)}
+    namespace: dict = {}
+    for tree in trees:   # the imports, and assignments to names the calls use: nothing else
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)) or (
+                    isinstance(node, ast.Assign) and {t.id for t in node.targets
+                                                      if isinstance(t, ast.Name)} & used):
+                try:
+                    exec(compile(ast.Module([node], []), "<chapter>", "exec"), namespace)
+                except ImportError:   # a package this machine lacks (CuTeDSL): a call
+                    pass              # that needs the name says so below
+    shown = []
+    for node in calls:
+        args = [ast.unparse(a) for a in node.args]
+        try:
+            if node.func.id == "show_source":
+                obj = eval(args[0], namespace)
+                obj = getattr(obj, "fn", obj)   # a @triton.jit kernel
+                name = None if isinstance(obj, types.ModuleType) else obj.__qualname__
+                shown.append((Path(inspect.getsourcefile(obj)), name))
+            elif node.func.id == "show_definitions":
+                file = Path(eval(args[0], namespace))
+                shown += [(file, eval(a, namespace)) for a in args[1:]]
+        except Exception as error:
+            raise ValueError(f"{node.func.id}({', '.join(args)}): {error}") from error
+    return shown
+
+
+def definition(text: str, name: str | None) -> str | None:
+    """The source of top-level ``name`` in a module's text, decorators included (the whole text
+    for None); None if the module has no such definition."""
+    if name is None:
+        return text
+    lines = text.splitlines()
+    for node in ast.parse(text).body:
+        if getattr(node, "name", None) == name:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            return "\n".join(lines[start - 1:node.end_lineno])
+    return None
+
+
+def why_printed_stale(nb: dict, sha: str, repo: Path) -> str | None:
+    """None if every definition the chapter prints is as it was at sha, else which one is not."""
+    try:
+        shown = printed_sources(nb)
+    except ValueError as error:
+        return f"it prints library source this check cannot name: {error}"
+    for file, name in shown:
+        rel = file.resolve().relative_to(repo.resolve()).as_posix()
+        old = subprocess.run(["git", "show", f"{sha}:{rel}"], cwd=repo, capture_output=True,
+                             text=True)
+        then = definition(old.stdout, name) if old.returncode == 0 else None
+        if then != definition(file.read_text(encoding="utf-8"), name):
+            what = f"{rel}'s {name}" if name else rel
+            return f"it prints {what}, which changed after {sha}: re-execute it on the GPU"
+    return None
+
+
 def why_stale(path: Path, repo: Path = REPO) -> str | None:
     """None if the stored outputs came from the chapter's current sources, else the reason."""
     nb = json.loads(path.read_text(encoding="utf-8"))
@@ -64,7 +147,7 @@ def why_stale(path: Path, repo: Path = REPO) -> str | None:
             return (f"it ran from a tree with uncommitted changes ({ran}) and its sources differ from "
                     f"{sha}'s: re-execute it on the GPU")
         return f"its sources changed after {sha}, the commit its outputs ran at: re-execute it on the GPU"
-    return None
+    return why_printed_stale(nb, sha, repo)
 
 
 def is_shallow(repo: Path = REPO) -> bool:
