@@ -9,18 +9,22 @@ import sys
 
 import torch
 
+TRUE = ("1", "true", "yes", "on", "y")  # what Triton reads as a true TRITON_INTERPRET
+
 if not torch.cuda.is_available():
-    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+    interpreting = os.environ.get("TRITON_INTERPRET", "").lower() in TRUE
+    if "triton" in sys.modules and not interpreting:
         # triton's own @jit helpers (tl.sum, tl.max, ...) were decorated to compile:
         # the interpreter would refuse them inside ropetut's kernels, much later
         raise ImportError(
-            "import ropetut before triton on a machine without a CUDA GPU (or set "
-            "TRITON_INTERPRET=1 first): ropetut runs its kernels in Triton's "
-            "interpreter there, and triton chooses at import"
+            "triton was imported before ropetut, on a machine without a CUDA GPU "
+            "(by you, or by torch.compile, torch._dynamo or Liger-Kernel): ropetut "
+            "runs its kernels in Triton's interpreter here, and triton chooses at "
+            "import. Import ropetut first, or set TRITON_INTERPRET=1 before anything"
         )
     os.environ["TRITON_INTERPRET"] = "1"
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "").lower() in TRUE
 DEVICE = torch.device("cpu") if INTERPRETED else torch.device("cuda")
 
 

@@ -147,8 +147,9 @@ def longrope(
             raise ValueError(
                 f"{name}: needs head_dim/2 = {head_dim // 2} entries, got {len(given)}"
             )
-    if isinstance(seq_len, torch.Tensor) and device is None:
-        device = seq_len.device
+    if device is None:  # the device of the length or the factors, if one is a tensor
+        given = (seq_len, short_factor, long_factor)
+        device = next((t.device for t in given if isinstance(t, torch.Tensor)), None)
     # transformers makes the factors float32 tensors whatever the dtype. Factors given
     # as tensors on the device are used there; lists are copied from the host, which
     # waits for the GPU: make them tensors once to rebuild per length without a sync.

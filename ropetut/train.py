@@ -128,9 +128,11 @@ def _autocast():
 def deterministic_on_gpu():
     """Within it, a GPU run gives the same losses every time, bit for bit: torch's
     deterministic algorithms (SDPA's backward among them: it otherwise sums dq with
-    atomics), and the fixed cuBLAS workspace they require. Memory from torch.empty is
-    not filled (deterministic mode would, at a cost in every step): nothing here reads
-    it before writing. The previous settings come back on exit."""
+    atomics). Torch asks for CUBLAS_WORKSPACE_CONFIG with them; cuBLAS reads it when it
+    first runs, so set here it only satisfies torch's check, and on one stream cuBLAS
+    is deterministic anyway. Memory from torch.empty is not filled (deterministic mode
+    would, at a cost in every step): nothing here reads it before writing. The previous
+    settings come back on exit."""
     if not on_gpu():
         yield
         return
@@ -140,6 +142,7 @@ def deterministic_on_gpu():
         torch.is_deterministic_algorithms_warn_only_enabled(),
         fill.fill_uninitialized_memory,
     )
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     fill.fill_uninitialized_memory = False
@@ -148,6 +151,8 @@ def deterministic_on_gpu():
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         fill.fill_uninitialized_memory = before[2]
+        if workspace is None:
+            del os.environ["CUBLAS_WORKSPACE_CONFIG"]
 
 
 @deterministic_on_gpu()

@@ -82,8 +82,8 @@ def printed_sources(nb: dict) -> list:
                                                       if isinstance(t, ast.Name)} & used):
                 try:
                     exec(compile(ast.Module([node], []), "<chapter>", "exec"), namespace)
-                except ImportError:   # a package this machine lacks (CuTeDSL): a call
-                    pass              # that needs the name says so below
+                except Exception:   # a package this machine lacks (CuTeDSL): a call that
+                    pass            # needs the name says so below
     shown = []
     for node in calls:
         args = [ast.unparse(a) for a in node.args]
@@ -103,9 +103,10 @@ def printed_sources(nb: dict) -> list:
 
 def definition(text: str, name: str | None) -> str | None:
     """The source of top-level ``name`` in a module's text, decorators included (the whole text
-    for None); None if the module has no such definition."""
+    for None; for a method, ``Class.method``, the whole class); None if there is none."""
     if name is None:
         return text
+    name = name.split(".")[0]
     lines = text.splitlines()
     for node in ast.parse(text).body:
         if getattr(node, "name", None) == name:
@@ -125,7 +126,10 @@ def why_printed_stale(nb: dict, sha: str, repo: Path) -> str | None:
         old = subprocess.run(["git", "show", f"{sha}:{rel}"], cwd=repo, capture_output=True,
                              text=True)
         then = definition(old.stdout, name) if old.returncode == 0 else None
-        if then != definition(file.read_text(encoding="utf-8"), name):
+        now = definition(file.read_text(encoding="utf-8"), name)
+        if now is None:
+            return f"it prints {name} from {rel}, which has no such top-level definition"
+        if then != now:
             what = f"{rel}'s {name}" if name else rel
             return f"it prints {what}, which changed after {sha}: re-execute it on the GPU"
     return None

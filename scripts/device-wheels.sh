@@ -17,8 +17,10 @@ for p in manylinux1 manylinux2014 manylinux_2_17 manylinux_2_24 manylinux_2_27 \
          manylinux_2_28 manylinux_2_31 manylinux_2_34 manylinux_2_35; do
   platforms+=(--platform "${p}_x86_64")
 done
-fetch() { python3 -m pip download -q --only-binary=:all: --python-version 3.12 \
-            --implementation cp "${platforms[@]}" -d "$DL" "$@"; }
+fetch() {
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${platforms[@]}" -d "$DL" "$@"
+}
 fetch nbformat nbclient nbval==0.11.0 ipykernel ipywidgets
 fetch --no-deps "liger-kernel==$LIGER"
 # on the image already (KINDS.md's package list): keep its versions

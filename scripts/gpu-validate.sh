@@ -127,7 +127,13 @@ suite() {
 from ropetut.provenance import commit
 print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__version__}"
       f" | triton {triton.__version__}")')
-  local line="$versions | $(date -u +%Y-%m-%d) | $(tail -n 1 "$log" | tr -d '=' | xargs)"
+  local summary
+  summary=$(tail -n 1 "$log" | tr -d '=' | xargs)
+  if ! [[ "$summary" =~ (passed|failed|error) ]]; then   # pytest died: keep the last record
+    echo "no pytest summary line (the run was cut short): $summary"
+    return 1
+  fi
+  local line="$versions | $(date -u +%Y-%m-%d) | $summary"
   local record=results/gpu_tests_h100.txt
   mkdir -p results && touch "$record"
   local triton_field=${versions##*| }

@@ -210,8 +210,8 @@ def rows(label, outs, refs, dtypes, tol, names=("q", "k", "w_q", "w_k")):
 
 
 def grads_of(outs, inputs, grads_out):
-    """autograd.grad, the output gradients moved to each output's device and dtype (the
-    fp64 reference may compute on the CPU). None for an input with no gradient."""
+    """autograd.grad, the output gradients in each output's dtype and on its device
+    (fp64 for the reference). None for an input with no gradient."""
     grads_out = [g.to(out.device, out.dtype) for g, out in zip(grads_out, outs)]
     return torch.autograd.grad(outs, inputs, grads_out, allow_unused=True)
 

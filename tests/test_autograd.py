@@ -108,7 +108,7 @@ def test_gradcheck_float64_on_gpu_large_heads():
 
 
 def _weighted(ref, w):
-    """sum(ref * w), on the reference's device (the reference computes in float64 on the CPU)."""
+    """sum(ref * w), on the reference's device (it computes in float64 on its input's)."""
     return (ref * w.to(ref.device, torch.float64)).sum()
 
 

@@ -107,6 +107,38 @@ def test_freshness_compares_sources_at_the_commit_that_ran(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
+def test_freshness_covers_library_source_the_chapter_prints(tmp_path, monkeypatch):
+    """A chapter that shows a function or a method (its class, whole) is stale once that
+    source changes after its run, though its cells did not; one it cannot name is stale."""
+    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    source = "class C:\n    def method(self):\n        return 1\n\n\ndef f():\n    return 1\n"
+    (lib / "shown_by_ch.py").write_text(source)
+    monkeypatch.syspath_prepend(str(lib))
+    cell = "from shown_by_ch import C, f\nshow_source(f)\nshow_source(C.method)"
+    path = tmp_path / "chapters" / "ch.ipynb"
+    path.parent.mkdir()
+    path.write_text(_notebook([cell]))
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, *ident, "commit", "-q", "-m", "chapter")
+    ran = _git(tmp_path, "rev-parse", "--short=10", "HEAD")
+    path.write_text(_notebook([cell], commit=ran))
+    assert fresh.why_stale(path, tmp_path) is None
+    (lib / "shown_by_ch.py").write_text(source.replace("    return 1\n", "    return 2\n"))
+    assert "prints lib/shown_by_ch.py's f, which changed" in fresh.why_stale(path, tmp_path)
+    (lib / "shown_by_ch.py").write_text(source.replace("        return 1", "        return 2"))
+    assert "prints lib/shown_by_ch.py's C.method" in fresh.why_stale(path, tmp_path)
+    bad = cell.replace("show_source(f)", "show_source(g)")   # no such name
+    path.write_text(_notebook([bad]))
+    _git(tmp_path, *ident, "commit", "-q", "-am", "a cell that shows g")
+    ran = _git(tmp_path, "rev-parse", "--short=10", "HEAD")
+    path.write_text(_notebook([bad], commit=ran))
+    assert "cannot name" in fresh.why_stale(path, tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
 def test_freshness_ignores_the_install_cells_url_alone(tmp_path):
     """A fork points the install cell at its own URL: its stored outputs stay fresh. Any other
     edit of that cell still counts."""

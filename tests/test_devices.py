@@ -82,6 +82,14 @@ def test_a_device_length_keeps_the_vector_on_its_device(variant):
     assert inv_freq.device == META
 
 
+@pytest.mark.parametrize("seq_len", [None, 100])
+def test_longrope_factors_on_a_device_keep_the_vector_there(seq_len):
+    """Device factors with a host length (or none): the vector is built beside them."""
+    factors = torch.ones(8, device=META)
+    inv_freq, _ = scaling.longrope(16, factors, factors, 64, seq_len, factor=2.0)
+    assert inv_freq.device == META
+
+
 def test_packed_positions_stay_on_cu_seqlens_device():
     cu_seqlens = torch.empty(4, dtype=torch.int32, device=META)
     positions = packed_positions(cu_seqlens, 9, torch.empty(3, device=META).long())
@@ -97,5 +105,7 @@ def test_harnesses_follow_their_inputs():
     positions = torch.tensor([0, 5, 2**20])
     out = angles_reference(meta_randn(1, 3, 2, 16), positions, inv_freq)
     assert out.device == META
-    copies = bench.clones((x, x.requires_grad_()))
-    assert all(c.device == META for c in copies) and copies[1].requires_grad
+    leaf = meta_randn(1, 6, 2, 16).requires_grad_()
+    copies = bench.clones((x, leaf))
+    assert all(c.device == META for c in copies)
+    assert not copies[0].requires_grad and copies[1].requires_grad

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import ropetut
 from ropetut.exercises import EXERCISES, check
 from ropetut.exercises.check import Lab
 
@@ -75,3 +76,15 @@ def test_lab_guard_sees_writes_outside_and_unwritten_elements():
     lab.compare("out", out, torch.zeros(2, 3, 4, dtype=torch.float64))
     assert lab.problems == ["out: 12 of 24 elements are NaN: never written (outputs start as NaN), "
                             "at every t, every h, d 2..3"]
+
+
+def test_lab_names_an_answer_wrong_in_no_listed_way():
+    """Twice the reference matches no listed wrong answer: the lab says where it differs,
+    with the reference on the device the kernels use (it computes on its input's)."""
+    lab = Lab()
+    ref = torch.randn(2, 3, 4, dtype=torch.float64, device=ropetut.DEVICE)
+    out = lab.empty("out", 2, 3, 4)
+    out.copy_(2 * ref)
+    lab.compare("out", out, ref, [("the turn goes the other way", -ref)])
+    assert len(lab.problems) == 1
+    assert lab.problems[0].startswith("out: differs from the float64 reference")

@@ -8,7 +8,7 @@ from conftest import assert_compiles_like_eager, gpu_only, randn, tables
 import ropetut
 from ropetut import bench, bench_qk_norm
 from ropetut.check import TOLERANCE, relative_error
-from ropetut.kernels.qk_norm_rope import qk_norm_rope_forward
+from ropetut.kernels.qk_norm_rope import _fp32_pair, qk_norm_rope_forward
 from ropetut.qk_norm_op import check_qk_norm_args
 from ropetut.reference import qk_norm_rope_reference, rms_norm_reference, rope_reference
 
@@ -88,6 +88,18 @@ def test_forward_matches_reference(case, dtype):
     q_out, k_out = run_poisoned(q, k, w_q, w_k, cos, sin, opts)
     assert relative_error(q_out, reference(q, w_q, cos, sin, opts)) <= TOLERANCE[dtype]
     assert relative_error(k_out, reference(k, w_k, cos, sin, opts)) <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("x", [1e-6, 1e-2, 0.1, 1.0, 0.0, 1 / 3])
+def test_scalars_reach_fp64_kernels_to_48_bits(x):
+    """Triton hands a compiled kernel a Python float as fp32 (the interpreter keeps it
+    fp64, so only the GPU's fp64 'eps 1e-2' case sees the rounding): eps and
+    weight_offset travel as an fp32 pair hi + lo, and fp64 kernels add both."""
+    hi, lo = _fp32_pair(x)
+    assert torch.tensor(hi, dtype=torch.float32).item() == hi  # hi is an fp32 value
+    lo32 = torch.tensor(lo, dtype=torch.float32).item()  # lo travels as fp32 too
+    assert abs((hi + lo32) - x) <= 2**-48 * x
+    assert (lo == 0) == (hi == x)
 
 
 def test_fp32_weights_with_fp16_activations():

@@ -9,8 +9,9 @@ import pytest
 import ropetut
 
 
-def _import(code):
+def _import(code, **env_vars):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(env_vars)
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env
     )
@@ -23,5 +24,7 @@ def test_triton_imported_first_is_refused_on_the_cpu():
     "Cannot call @triton.jit'd outside of the scope of a kernel"."""
     done = _import("import triton, ropetut")
     assert done.returncode == 1
-    assert "import ropetut before triton" in done.stderr
+    assert "Import ropetut first" in done.stderr
     assert _import("import ropetut, triton").returncode == 0
+    # set as Triton reads it ('true' too), the interpreter is on from the start
+    assert _import("import triton, ropetut", TRITON_INTERPRET="true").returncode == 0

@@ -69,3 +69,23 @@ def test_study_writes_a_file_per_run_and_resumes(tmp_path, monkeypatch):
     rows = train.summarize(train.load_runs(tmp_path))
     assert [(r["name"], r["seeds"]) for r in rows] == [("NoPE", 2), ("RoPE", 2)]
     assert "NoPE" in train.format_summary(rows)
+
+
+def test_deterministic_on_gpu_sets_and_restores(monkeypatch):
+    """The GPU regime's settings hold inside train and come back after, an error
+    included (on the CPU the context does nothing: torch's CPU kernels are repeatable)."""
+    import os
+
+    import torch
+
+    monkeypatch.setattr(train, "on_gpu", lambda: True)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = torch.are_deterministic_algorithms_enabled()
+    with pytest.raises(KeyError), train.deterministic_on_gpu():
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.utils.deterministic.fill_uninitialized_memory
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        raise KeyError("mid-run")
+    assert torch.are_deterministic_algorithms_enabled() == before
+    assert torch.utils.deterministic.fill_uninitialized_memory
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ

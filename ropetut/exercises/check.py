@@ -105,6 +105,7 @@ class Lab:
     def compare(self, name, got, ref, wrong_answers=()):
         """``got`` against the float64 ``ref``; ``wrong_answers``: (what it means, tensor) pairs."""
         got = got.detach().double().cpu()
+        ref = ref.detach().double().cpu()   # the reference computes on its input's device
         nan = got.isnan()
         if nan.any():
             self.problems.append(f"{name}: {int(nan.sum())} of {nan.numel()} elements are NaN: "
