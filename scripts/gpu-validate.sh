@@ -137,7 +137,11 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
   local record=results/gpu_tests_h100.txt
   mkdir -p results && touch "$record"
   local triton_field=${versions##*| }
-  { grep -v -F "| $triton_field |" "$record" || true; echo "$line"; } > "$record.new"
+  {   # comments, then this run (the latest first), then the other versions' lines
+    grep '^#' "$record" || true
+    echo "$line"
+    grep -v '^#' "$record" | grep -v -F "| $triton_field |" || true
+  } > "$record.new"
   mv "$record.new" "$record"
   [[ -z "${OUT:-}" ]] || cp "$record" "$OUT/"
   echo "$line"
