@@ -325,15 +325,10 @@ def check_angles(case):
     outs = [t if bthd else t.transpose(1, 2) for t in outs]
     result = rows("launcher ", outs, refs, dtypes, tol)
 
-    inputs = [t.requires_grad_() for t in (q, k)]
-    before = [t.detach().clone() for t in (q, k)]
-    poison_freed_memory(q, k, q, k)
-    outs = ropetut.apply_rope_angles(q, k, inv_freq, **opts)
-    poison_freed_memory(q, k, q, k)
-    grads = grads_of(outs, inputs, grads_out)
-    unchanged((q, k), before)
-    result += rows("", outs, refs, dtypes, tol)
-    result += rows("d", grads, ref_grads, dtypes, tol)
+    def call(q, k):
+        return ropetut.apply_rope_angles(q, k, inv_freq, **opts)
+
+    result += entry_point_rows(call, q, k, grads_out, refs, ref_grads, dtypes, tol)
 
     if case["inplace"]:
         q, k = make()
@@ -341,6 +336,20 @@ def check_angles(case):
             ropetut.apply_rope_angles(q, k, inv_freq, inplace=True, **opts)
         result += rows("in place ", (q, k), refs, dtypes, tol)
     return result
+
+
+def entry_point_rows(call, q, k, grads_out, refs, ref_grads, dtypes, tol):
+    """``call(q, k)``: the entry point out of place, freed memory poisoned around it.
+    Rows for its outputs and for q's and k's gradients; q and k must be left as they
+    were."""
+    inputs = [t.requires_grad_() for t in (q, k)]
+    before = [t.detach().clone() for t in (q, k)]
+    poison_freed_memory(q, k, q, k)
+    outs = call(q, k)
+    poison_freed_memory(q, k, q, k)
+    grads = grads_of(outs, inputs, grads_out)
+    unchanged((q, k), before)
+    return rows("", outs, refs, dtypes, tol) + rows("d", grads, ref_grads, dtypes, tol)
 
 
 def check_thd(case):
@@ -378,15 +387,10 @@ def check_thd(case):
     result = rows("launcher ", [t[0] for t in outs], refs, dtypes, tol)
 
     thd = dict(cu_seqlens=cu_seqlens, seqlen_offsets=seqlen_offsets, **opts)
-    inputs = [t.requires_grad_() for t in (q, k)]
-    before = [t.detach().clone() for t in (q, k)]
-    poison_freed_memory(q, k, q, k)
-    outs = ropetut.apply_rope_thd(q, k, cos, sin, **thd)
-    poison_freed_memory(q, k, q, k)
-    grads = grads_of(outs, inputs, grads_out)
-    unchanged((q, k), before)
-    result += rows("", outs, refs, dtypes, tol)
-    result += rows("d", grads, ref_grads, dtypes, tol)
+    def call(q, k):
+        return ropetut.apply_rope_thd(q, k, cos, sin, **thd)
+
+    result += entry_point_rows(call, q, k, grads_out, refs, ref_grads, dtypes, tol)
 
     if case["inplace"]:
         q, k = make()
@@ -429,14 +433,10 @@ def check_hf(case):
     ref_grads = grads_of(refs, x64, grads_out)
     tol, dtypes = TOLERANCE[dtype], (dtype, dtype)
 
-    inputs = [t.requires_grad_() for t in (q, k)]
-    before = [t.detach().clone() for t in (q, k)]
-    poison_freed_memory(q, k, q, k)
-    outs = ropetut.hf.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=dim)
-    poison_freed_memory(q, k, q, k)
-    grads = grads_of(outs, inputs, grads_out)
-    unchanged((q, k), before)
-    return rows("", outs, refs, dtypes, tol) + rows("d", grads, ref_grads, dtypes, tol)
+    def call(q, k):
+        return ropetut.hf.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=dim)
+
+    return entry_point_rows(call, q, k, grads_out, refs, ref_grads, dtypes, tol)
 
 
 CHECKS = dict(zip(ENTRY_POINTS, (check_qk_norm, check_angles, check_thd, check_hf)))
