@@ -263,7 +263,23 @@
           }
           continue; // its descendants are part of this offender
         }
-        if (clips) continue; // what it holds is inside its box: measured above
+        if (clips) {
+          // Its own box holds its content, but a box inside it may still scroll: a code
+          // block in a dropdown (sphinx-design cards hide overflow). The outermost such box
+          // is the offender.
+          var inner = overflowingBoxes(c).filter(function (o) { return o.box !== c; });
+          inner.forEach(function (o) {
+            var outer = inner.some(function (p) { return p.box !== o.box && p.box.contains(o.box); });
+            var seen = false;
+            counted.forEach(function (k) { if (k === o.box || k.contains(o.box) || o.box.contains(k)) seen = true; });
+            if (outer || seen) return;
+            res.edge.wide.push(describe(o.box, "edge", col, {
+              how: scrollsX(o.box) ? "scrolls" : "cut",
+              overflow: o.over, content_width: o.box.scrollWidth, box_width: o.box.clientWidth,
+            }));
+          });
+          continue;
+        }
         walk(c);
       }
     }
