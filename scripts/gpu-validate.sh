@@ -6,7 +6,8 @@
 #   tests     the whole test suite, GPU tests included; its summary line, with the commit
 #             ($ROPETUT_COMMIT in a copy without .git), torch and triton, goes to
 #             results/gpu_tests_h100.txt (one line per Triton version; copied to $OUT)
-#   bench     python -m ropetut bench --quick -> results/bench_h100.json, book/_static/headline.png
+#   bench     python -m ropetut bench --quick -> results/bench_h100.json, then
+#             scripts/draw_headline.py draws book/_static/headline.png from that JSON
 #   probe     scripts/probe_tiles.py -> results/probe_h100.txt (tile sizes and warps against Liger)
 #   env       results/ENVIRONMENT.md: where those outputs came from
 #   fresh     scripts/check_fresh_outputs.py: no chapter's sources changed after the run that
@@ -150,7 +151,8 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
 step tests suite
 step host python3 scripts/host_before_after.py "${BASELINE:-.baseline}"
 PYTHONPATH="/tmp/triton371:$PYTHONPATH" step triton371 suite
-step bench python3 -m ropetut bench --quick --json results/bench_h100.json --plot book/_static/headline.png
+step bench bash -c 'python3 -m ropetut bench --quick --json results/bench_h100.json &&
+  python3 scripts/draw_headline.py --json results/bench_h100.json --out book/_static/headline.png'
 probe() { mkdir -p results && python3 scripts/probe_tiles.py | tee results/probe_h100.txt; }
 step probe probe
 step env write_environment
