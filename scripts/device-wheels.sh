@@ -21,7 +21,17 @@ fetch() {
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 \
     --implementation cp "${platforms[@]}" -d "$DL" "$@"
 }
-fetch nbformat nbclient nbval==0.11.0 ipykernel ipywidgets
+# The Jupyter stack at the versions the CPU run uses (the venv .ci/run makes from
+# requirements.txt), so both machines execute the chapters with the same nbclient and nbval;
+# without a .venv, requirements.txt's own pins and ranges.
+pinned() {
+  local v
+  if v=$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null)
+  then echo "$1==$v"
+  else grep -E "^$1([=<>~ ]|$)" requirements.txt | sed 's/ *#.*//' || echo "$1"
+  fi
+}
+fetch $(for p in nbformat nbclient nbval ipykernel ipywidgets; do pinned $p; done)
 fetch --no-deps "liger-kernel==$LIGER"
 # on the image already (KINDS.md's package list): keep its versions
 on_image=(attrs coverage iniconfig packaging pluggy psutil pygments pytest python_dateutil
