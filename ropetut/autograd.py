@@ -10,13 +10,16 @@
 Neither path reads a tensor's values on the host, so neither waits for the GPU: a call can be
 captured in a CUDA graph. ``check_positions=True`` is the one exception, and says so.
 """
+
 import torch
 
 from .kernels import rotate
 from .op import rope_traced
 from .validate import check_rope_args
 
-EARLY_GRADS_BYTES = 2**20    # RopeFunction allocates input gradients in its forward up to this size
+EARLY_GRADS_BYTES = (
+    2**20
+)  # RopeFunction allocates input gradients in its forward up to this size
 
 
 class RopeFunction(torch.autograd.Function):
@@ -41,41 +44,89 @@ class RopeFunction(torch.autograd.Function):
         if options.inplace:
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
         cos, sin, positions, interleaved, rotary_dim, _, kernel, _, backward = options
-        ctx.options = options   # the backward's options are made only where it needs them
+        ctx.options = (
+            options  # the backward's options are made only where it needs them
+        )
         ctx.prepared = ctx.grads = None
-        if kernel.prepare_backward is not None and not backward and q.numel() and (
-                k is None or k.numel()):
-            ctx.prepared = kernel.prepare_backward(q_out, k_out, cos, sin, positions,
-                                                   interleaved=interleaved, rotary_dim=rotary_dim)
+        if (
+            kernel.prepare_backward is not None
+            and not backward
+            and q.numel()
+            and (k is None or k.numel())
+        ):
+            ctx.prepared = kernel.prepare_backward(
+                q_out,
+                k_out,
+                cos,
+                sin,
+                positions,
+                interleaved=interleaved,
+                rotary_dim=rotary_dim,
+            )
             ctx.grad_strides = (q_out.stride(), None if k is None else k_out.stride())
             if q.nbytes + (0 if k is None else k.nbytes) <= EARLY_GRADS_BYTES:
-                ctx.grads = (torch.empty_like(q_out), None if k is None else torch.empty_like(k_out))
+                ctx.grads = (
+                    torch.empty_like(q_out),
+                    None if k is None else torch.empty_like(k_out),
+                )
         return q_out if k is None else (q_out, k_out)
 
     @staticmethod
     def backward(ctx, dq, dk=None):
         options = ctx.options
-        prepared = ctx.prepared is not None and not torch.is_grad_enabled() and (
-            ctx.grad_strides == (dq.stride(), None if dk is None else dk.stride()))
-        if not prepared:    # the turn back, out of place, by the registry's ordinary path
-            back = options._replace(inplace=False, check_positions=False,
-                                    backward=not options.backward)
-            if torch.is_grad_enabled():   # create_graph=True: through this Function again,
-                grads = RopeFunction.apply(dq, dk, back)   # so the gradient is differentiable
+        prepared = (
+            ctx.prepared is not None
+            and not torch.is_grad_enabled()
+            and (ctx.grad_strides == (dq.stride(), None if dk is None else dk.stride()))
+        )
+        if not prepared:  # the turn back, out of place, by the registry's ordinary path
+            back = options._replace(
+                inplace=False, check_positions=False, backward=not options.backward
+            )
+            if (
+                torch.is_grad_enabled()
+            ):  # create_graph=True: through this Function again,
+                grads = RopeFunction.apply(
+                    dq, dk, back
+                )  # so the gradient is differentiable
                 return (grads, None, None) if dk is None else (*grads, None)
             return (*rotate(dq, dk, back), None)
-        grads, ctx.grads = ctx.grads, None     # once only: a second backward gets fresh memory
-        if grads is None:   # dense, with dq's strides, as the prepared launch expects
+        grads, ctx.grads = (
+            ctx.grads,
+            None,
+        )  # once only: a second backward gets fresh memory
+        if grads is None:  # dense, with dq's strides, as the prepared launch expects
             grads = (torch.empty_like(dq), None if dk is None else torch.empty_like(dk))
         cos, sin, positions, interleaved, rotary_dim = options[:5]
-        options.kernel.launch(dq, dk, cos, sin, *grads, positions=positions,
-                              interleaved=interleaved, rotary_dim=rotary_dim, backward=True,
-                              prepared=ctx.prepared)
+        options.kernel.launch(
+            dq,
+            dk,
+            cos,
+            sin,
+            *grads,
+            positions=positions,
+            interleaved=interleaved,
+            rotary_dim=rotary_dim,
+            backward=True,
+            prepared=ctx.prepared,
+        )
         return (*grads, None)
 
 
-def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=False,
-               rotary_dim=None, inplace=False, layout="bthd", impl="final", check_positions=False):
+def apply_rope(
+    q,
+    k=None,
+    cos=None,
+    sin=None,
+    *,
+    positions=None,
+    interleaved=False,
+    rotary_dim=None,
+    inplace=False,
+    layout="bthd",
+    impl="final",
+    check_positions=False,
+):
     """Rotate q (and k) by their positions. Differentiable; never waits for the GPU.
 
     q: (B, T, Hq, D) for layout "bthd" (the seed's), (B, H, T, D) for "bhtd" (Hugging Face's);
@@ -102,20 +153,36 @@ def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=Fal
     """
     if cos is None or sin is None:
         raise TypeError("cos, sin: both tables are required (see ropetut.rope_tables)")
-    wants_grad = torch.is_grad_enabled() and (getattr(q, "requires_grad", False)
-                                              or getattr(k, "requires_grad", False))
-    q4, k4, options = check_rope_args(q, k, cos, sin, positions, kernel=impl,
-                                      rotary_dim=rotary_dim, interleaved=interleaved,
-                                      inplace=inplace, layout=layout,
-                                      check_positions=check_positions, wants_grad=wants_grad)
-    if torch.compiler.is_compiling():   # (in place: the traced graph's copy_ checks as torch does)
+    wants_grad = torch.is_grad_enabled() and (
+        getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
+    )
+    q4, k4, options = check_rope_args(
+        q,
+        k,
+        cos,
+        sin,
+        positions,
+        kernel=impl,
+        rotary_dim=rotary_dim,
+        interleaved=interleaved,
+        inplace=inplace,
+        layout=layout,
+        check_positions=check_positions,
+        wants_grad=wants_grad,
+    )
+    if (
+        torch.compiler.is_compiling()
+    ):  # (in place: the traced graph's copy_ checks as torch does)
         q_out, k_out = rope_traced(q4, k4, options, wants_grad)
     elif not wants_grad:
         q_out, k_out = rotate(q4, k4, options)
     elif inplace and k is not None:
         # Autograd lets a Function that writes into a view return one tensor only, and q and k
         # are often views (of one projection): one call each.
-        q_out, k_out = RopeFunction.apply(q4, None, options), RopeFunction.apply(k4, None, options)
+        q_out, k_out = (
+            RopeFunction.apply(q4, None, options),
+            RopeFunction.apply(k4, None, options),
+        )
     elif k is None:
         q_out, k_out = RopeFunction.apply(q4, None, options), None
     else:
@@ -124,4 +191,3 @@ def apply_rope(q, k=None, cos=None, sin=None, *, positions=None, interleaved=Fal
         q_out = q_out.transpose(1, 2)
         k_out = None if k_out is None else k_out.transpose(1, 2)
     return q_out if k is None else (q_out, k_out)
-

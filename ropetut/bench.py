@@ -18,6 +18,7 @@ Before a provider is timed, ``check_untouched`` runs it once: a provider that wr
 into an input or gradient buffer it does not declare in ``MUTATES`` gets an error, not
 a time.
 """
+
 import argparse
 import itertools
 import json
@@ -40,38 +41,71 @@ from .tables import rope_tables, standard
 MODES = ("fwd", "fwd+bwd")
 COPY = "copy (floor)"
 PEERS = ("torch eager", "torch.compile", "HF rotate_half", "liger")
-VERSIONS = ("v1", "v2", "v3", "v4", "final", "final (in place)", "final (partial, in place)")
-CUTE = "cute"   # the CuTeDSL kernel (appendix): timed where nvidia-cutlass-dsl imports
+VERSIONS = (
+    "v1",
+    "v2",
+    "v3",
+    "v4",
+    "final",
+    "final (in place)",
+    "final (partial, in place)",
+)
+CUTE = "cute"  # the CuTeDSL kernel (appendix): timed where nvidia-cutlass-dsl imports
 PROVIDERS = (COPY, *PEERS, *VERSIONS, CUTE)
-AUTOGRAD_FLOOR = "autograd.Function floor"   # host_rows: what an empty autograd.Function costs
-FWD_ONLY = ("final (in place)", "final (partial, in place)")   # autograd refuses in place on a leaf
+AUTOGRAD_FLOOR = (
+    "autograd.Function floor"  # host_rows: what an empty autograd.Function costs
+)
+FWD_ONLY = (
+    "final (in place)",
+    "final (partial, in place)",
+)  # autograd refuses in place on a leaf
 # What a provider writes into, of the buffers the harness hands it (q, k; gq, gk in
 # fwd+bwd): check_untouched lets it change these and nothing else. Liger's forward
 # rotates q and k in place; its backward writes dq, dk into gq, gk.
-MUTATES = {"final (in place)": ("q", "k"), "final (partial, in place)": ("q", "k"),
-           "liger": ("q", "k", "gq", "gk")}
-PEERS_AT_POSITIONS = (COPY, "torch eager", "torch.compile", "liger")   # gather rows at positions
+MUTATES = {
+    "final (in place)": ("q", "k"),
+    "final (partial, in place)": ("q", "k"),
+    "liger": ("q", "k", "gq", "gk"),
+}
+PEERS_AT_POSITIONS = (
+    COPY,
+    "torch eager",
+    "torch.compile",
+    "liger",
+)  # gather rows at positions
 # The providers that run a registry kernel on the shape's positions: whether they can is the
 # kernel's ``Supports``. ("final (partial, in place)" is chapter 7's, without positions.)
-IMPL_OF = {"v1": "v1", "v2": "v2", "v3": "v3", "v4": "v4", "final": "final",
-           "final (in place)": "final", CUTE: "cute"}
+IMPL_OF = {
+    "v1": "v1",
+    "v2": "v2",
+    "v3": "v3",
+    "v4": "v4",
+    "final": "final",
+    "final (in place)": "final",
+    CUTE: "cute",
+}
 
 
 @dataclass(frozen=True)
 class Shape:
     """q is (B, T, HQ, D), k is (B, T, HK, D): the seed's layout, stored contiguous."""
+
     B: int
     T: int
     HQ: int
     HK: int
     D: int
     dtype: torch.dtype = torch.bfloat16
-    positions: bool = False   # decode: each token at a random position of a 4096-row table
+    positions: bool = (
+        False  # decode: each token at a random position of a 4096-row table
+    )
 
     @property
     def label(self) -> str:
         dtype = str(self.dtype).removeprefix("torch.")
-        return f"{self.B}x{self.T}x{self.HQ}/{self.HK}x{self.D} {dtype}" + (" positions" if self.positions else "")
+        return f"{self.B}x{self.T}x{self.HQ}/{self.HK}x{self.D} {dtype}" + (
+            " positions" if self.positions else ""
+        )
 
     @property
     def tokens(self) -> int:
@@ -84,8 +118,14 @@ def _bhtd(B, H, T, D):
 
 
 SHAPES = {
-    "seed000": [_bhtd(1, 8, 128, 64), _bhtd(2, 8, 256, 64), _bhtd(4, 12, 512, 64),
-                _bhtd(8, 16, 1024, 64), _bhtd(1, 8, 2048, 128), _bhtd(2, 16, 512, 128)],
+    "seed000": [
+        _bhtd(1, 8, 128, 64),
+        _bhtd(2, 8, 256, 64),
+        _bhtd(4, 12, 512, 64),
+        _bhtd(8, 16, 1024, 64),
+        _bhtd(1, 8, 2048, 128),
+        _bhtd(2, 16, 512, 128),
+    ],
     # Seed 001 swept N rows of D=128; we read them as N tokens of one sequence (B=1) with
     # 16 q and 16 k heads, so the sweep moves the same bytes per token as a 16-head model.
     "seed001": [Shape(1, n, 16, 16, 128) for n in range(2048, 63488 + 1, 4096)],
@@ -97,10 +137,15 @@ SHAPES = {
     # from 16 tokens, where the host sets the pace, to 64k, where the GPU does
     "tokens": [Shape(1, 2**n, 16, 16, 128) for n in range(4, 17, 2)],
 }
-QUICK = (SHAPES["seed002"] + SHAPES["seed004"] + SHAPES["llama3_8b"] + SHAPES["seed001"][::5]
-         + SHAPES["decode"])
+QUICK = (
+    SHAPES["seed002"]
+    + SHAPES["seed004"]
+    + SHAPES["llama3_8b"]
+    + SHAPES["seed001"][::5]
+    + SHAPES["decode"]
+)
 N_POSITIONS = 4096
-HOST_SHAPE = Shape(1, 16, 4, 4, 64)   # so small that the GPU always waits for the host
+HOST_SHAPE = Shape(1, 16, 4, 4, 64)  # so small that the GPU always waits for the host
 
 
 def bytes_moved(shape: Shape, mode: str) -> int:
@@ -113,17 +158,25 @@ def bytes_moved(shape: Shape, mode: str) -> int:
 def make_inputs(shape: Shape, mode: str) -> tuple:
     """One fresh random input set on the GPU: (q, k), or for fwd+bwd (q, k, gq, gk) with q and k
     leaves that require grad and gq, gk the gradients of the outputs."""
+
     def randn(H):
-        return torch.randn(shape.B, shape.T, H, shape.D, device=DEVICE, dtype=shape.dtype)
+        return torch.randn(
+            shape.B, shape.T, H, shape.D, device=DEVICE, dtype=shape.dtype
+        )
+
     if mode == "fwd":
         return randn(shape.HQ), randn(shape.HK)
-    return (randn(shape.HQ).requires_grad_(), randn(shape.HK).requires_grad_(),
-            randn(shape.HQ), randn(shape.HK))
+    return (
+        randn(shape.HQ).requires_grad_(),
+        randn(shape.HK).requires_grad_(),
+        randn(shape.HQ),
+        randn(shape.HK),
+    )
 
 
 def l2_bytes() -> int:
     props = torch.cuda.get_device_properties(DEVICE)
-    return getattr(props, "L2_cache_size", 0) or 50 * 2**20   # 50 MB: an H100's
+    return getattr(props, "L2_cache_size", 0) or 50 * 2**20  # 50 MB: an H100's
 
 
 def input_sets(make_inputs) -> list:
@@ -132,10 +185,13 @@ def input_sets(make_inputs) -> list:
     more of them when a provider works in place (Liger) than when it writes new outputs."""
     first = make_inputs()
     set_bytes = sum(t.nbytes for t in first)
-    return [first] + [make_inputs() for _ in range(min(1023, max(1, -(-4 * l2_bytes() // set_bytes) - 1)))]
+    return [first] + [
+        make_inputs()
+        for _ in range(min(1023, max(1, -(-4 * l2_bytes() // set_bytes) - 1)))
+    ]
 
 
-INPUT_NAMES = ("q", "k", "gq", "gk")   # make_inputs' order
+INPUT_NAMES = ("q", "k", "gq", "gk")  # make_inputs' order
 
 
 def clones(inputs) -> tuple:
@@ -155,13 +211,16 @@ def check_untouched(name, fn, inputs, mutates=(), **others):
     harness only has to know: an undeclared write is a bug (in the provider or in its
     wrapper here), and a declared one means a comparison must hand it ``clones``."""
     named = dict(zip(INPUT_NAMES, inputs), **others)
-    before = {key: t for key, t in zip(named, clones(named.values()))
-              if key not in mutates}
+    before = {
+        key: t for key, t in zip(named, clones(named.values())) if key not in mutates
+    }
     fn(*inputs)
     written = [key for key, old in before.items() if not _same_bits(named[key], old)]
     if written:
-        raise RuntimeError(f"{name!r} wrote into {', '.join(written)}, which it does "
-                           f"not declare (it declares {tuple(mutates)})")
+        raise RuntimeError(
+            f"{name!r} wrote into {', '.join(written)}, which it does "
+            f"not declare (it declares {tuple(mutates)})"
+        )
 
 
 def _same_bits(a, b) -> bool:
@@ -186,7 +245,9 @@ def graph_ms(fn, *, make_inputs) -> float:
     sets = input_sets(make_inputs)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):      # compile, autotune, allocate: nothing of that in the graph
+    with torch.cuda.stream(
+        side
+    ):  # compile, autotune, allocate: nothing of that in the graph
         for inputs in sets:
             fn(*inputs)
     torch.cuda.current_stream().wait_stream(side)
@@ -242,6 +303,7 @@ def liger_rope():
 
 def liger_version():
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("liger-kernel")
     except PackageNotFoundError:
@@ -255,44 +317,76 @@ def make_provider(name: str, shape: Shape):
     way a Hugging Face model computes them from ``position_ids``."""
     n_rows = N_POSITIONS if shape.positions else shape.T
     cos, sin = rope_tables(standard(shape.D), n_rows, device=DEVICE)
-    pos = torch.randint(0, n_rows, (shape.B, shape.T), device=DEVICE) if shape.positions else None
+    pos = (
+        torch.randint(0, n_rows, (shape.B, shape.T), device=DEVICE)
+        if shape.positions
+        else None
+    )
     if name in ("torch eager", "torch.compile"):
         if shape.positions:
+
             def eager(q, k):
-                return rope_at_positions(q, cos, sin, pos), rope_at_positions(k, cos, sin, pos)
+                return rope_at_positions(q, cos, sin, pos), rope_at_positions(
+                    k, cos, sin, pos
+                )
         else:
-            rotary = LlmRotary(shape.D, shape.T).to(DEVICE)   # the seed's module: fp32 math, cast back
+            rotary = LlmRotary(shape.D, shape.T).to(
+                DEVICE
+            )  # the seed's module: fp32 math, cast back
 
             def eager(q, k):
                 return rotary(q), rotary(k)
+
         if name == "torch eager":
             return eager
-        torch._dynamo.reset()         # a fresh static-shape compile per shape, never the recompile limit
+        torch._dynamo.reset()  # a fresh static-shape compile per shape, never the recompile limit
         return torch.compile(eager, dynamic=False)
     if name in ("HF rotate_half", "liger"):
         # Hugging Face's convention: (B, H, T, D) views, tables in the activations' dtype.
         cos, sin = cos.to(shape.dtype), sin.to(shape.dtype)
         if name == "HF rotate_half":  # widens the tables itself, on every call
             rotate = partial(rope_rotate_half, cos=cos, sin=sin)
-        else:                         # fused q and k, in place on the (B, T, H, D) storage
+        else:  # fused q and k, in place on the (B, T, H, D) storage
             cos2, sin2 = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
 
-            def rotate(q, k):         # (1, T, D) full-width tables, or (B, T, D) rows at positions
-                c, s = (cos2[pos], sin2[pos]) if shape.positions else (cos2[None], sin2[None])
+            def rotate(
+                q, k
+            ):  # (1, T, D) full-width tables, or (B, T, D) rows at positions
+                c, s = (
+                    (cos2[pos], sin2[pos])
+                    if shape.positions
+                    else (cos2[None], sin2[None])
+                )
                 return liger_rope().apply(q, k, c, s)
 
         def bhtd(q, k):
             q_out, k_out = rotate(q.transpose(1, 2), k.transpose(1, 2))
             return q_out.transpose(1, 2), k_out.transpose(1, 2)
+
         return bhtd
-    if name == "final (torch.ops)":   # the registered operator, called eagerly through the dispatcher
-        return lambda q, k: torch.ops.ropetut.rope(q, k, cos, sin, pos, False, shape.D, False, "final", False)
-    if name == "final (partial, in place)":   # chapter 7: rotate half the dims, skip the rest
+    if (
+        name == "final (torch.ops)"
+    ):  # the registered operator, called eagerly through the dispatcher
+        return lambda q, k: torch.ops.ropetut.rope(
+            q, k, cos, sin, pos, False, shape.D, False, "final", False
+        )
+    if (
+        name == "final (partial, in place)"
+    ):  # chapter 7: rotate half the dims, skip the rest
         cos, sin = rope_tables(standard(shape.D // 2), n_rows, device=DEVICE)
-        return partial(apply_rope, cos=cos, sin=sin, rotary_dim=shape.D // 2, inplace=True)
+        return partial(
+            apply_rope, cos=cos, sin=sin, rotary_dim=shape.D // 2, inplace=True
+        )
     impl = IMPL_OF[name]
-    return partial(apply_rope, cos=cos, sin=sin, positions=pos, impl=impl,
-                   interleaved=not KERNELS[impl].half_split, inplace=name == "final (in place)")
+    return partial(
+        apply_rope,
+        cos=cos,
+        sin=sin,
+        positions=pos,
+        impl=impl,
+        interleaved=not KERNELS[impl].half_split,
+        inplace=name == "final (in place)",
+    )
 
 
 def rope_at_positions(x, cos, sin, positions):
@@ -306,38 +400,63 @@ def rope_at_positions(x, cos, sin, positions):
 def training_step(fn):
     """Forward, then backward from the given output gradients gq, gk to the inputs' gradients
     (``autograd.grad``: nothing accumulates, so eager and graphed runs do the same work)."""
+
     def step(q, k, gq, gk):
         return torch.autograd.grad(fn(q, k), (q, k), (gq, gk))
+
     return step
 
 
 def supports(name: str, shape: Shape, mode: str) -> bool:
     at_positions = name in PEERS_AT_POSITIONS or (
-        name in IMPL_OF and KERNELS[IMPL_OF[name]].supports.positions)
-    return (mode == "fwd" or name not in FWD_ONLY) and (not shape.positions or at_positions)
+        name in IMPL_OF and KERNELS[IMPL_OF[name]].supports.positions
+    )
+    return (mode == "fwd" or name not in FWD_ONLY) and (
+        not shape.positions or at_positions
+    )
 
 
-def measure(name: str, shape: Shape, mode: str, floor_ms: float, graph_floor_ms: float | None) -> dict:
+def measure(
+    name: str, shape: Shape, mode: str, floor_ms: float, graph_floor_ms: float | None
+) -> dict:
     """One row of the table, eager and (unless graph_floor_ms is None) graphed. A provider that
     raises gets its error recorded instead of a time."""
-    row = dict(shape=shape.label, tokens=shape.tokens, provider=name, mode=mode, ms=None, gbps=None,
-               pct_floor=None, vs_liger=None, graph_ms=None, graph_pct_floor=None,
-               graph_vs_liger=None, peak_mem_mb=None, error=None)
+    row = dict(
+        shape=shape.label,
+        tokens=shape.tokens,
+        provider=name,
+        mode=mode,
+        ms=None,
+        gbps=None,
+        pct_floor=None,
+        vs_liger=None,
+        graph_ms=None,
+        graph_pct_floor=None,
+        graph_vs_liger=None,
+        peak_mem_mb=None,
+        error=None,
+    )
     inputs = partial(make_inputs, shape, mode)
     try:
         if name == COPY:
-            fn, ms, graphed = copy, floor_ms, graph_floor_ms   # run() timed it first
+            fn, ms, graphed = copy, floor_ms, graph_floor_ms  # run() timed it first
         else:
             fn = make_provider(name, shape)
             fn = training_step(fn) if mode == "fwd+bwd" else fn
             check_untouched(name, fn, inputs(), MUTATES.get(name, ()))
             ms = time_ms(fn, make_inputs=inputs)
-            graphed = None if graph_floor_ms is None else graph_ms(fn, make_inputs=inputs)
-        row.update(ms=ms, gbps=bytes_moved(shape, mode) / ms / 1e6, pct_floor=floor_ms / ms * 100,
-                   peak_mem_mb=peak_mem_mb(fn, inputs()))
+            graphed = (
+                None if graph_floor_ms is None else graph_ms(fn, make_inputs=inputs)
+            )
+        row.update(
+            ms=ms,
+            gbps=bytes_moved(shape, mode) / ms / 1e6,
+            pct_floor=floor_ms / ms * 100,
+            peak_mem_mb=peak_mem_mb(fn, inputs()),
+        )
         if graphed is not None:
             row.update(graph_ms=graphed, graph_pct_floor=graph_floor_ms / graphed * 100)
-    except Exception as e:            # one failing peer must not end the benchmark
+    except Exception as e:  # one failing peer must not end the benchmark
         row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
     return row
 
@@ -355,27 +474,46 @@ def run(shapes, providers=None, modes=("fwd",), progress=True, graphs=True):
     if CUTE in providers and unavailable(CUTE):
         print(f"cute: skipped: {unavailable(CUTE)}")
         providers.remove(CUTE)
-    todo = [(shape, mode, [n for n in providers if supports(n, shape, mode)])
-            for shape in shapes for mode in modes]
+    todo = [
+        (shape, mode, [n for n in providers if supports(n, shape, mode)])
+        for shape in shapes
+        for mode in modes
+    ]
     rows = []
     with tqdm(total=sum(len(names) for *_, names in todo), disable=not progress) as bar:
         for shape, mode, names in todo:
             floor_ms = copy_floor_ms(shape, mode)
-            graph_floor_ms = copy_floor_ms(shape, mode, graphed=True) if graphs else None
+            graph_floor_ms = (
+                copy_floor_ms(shape, mode, graphed=True) if graphs else None
+            )
             for name in names:
                 bar.set_description(f"{shape.label} {mode} {name}")
                 rows.append(measure(name, shape, mode, floor_ms, graph_floor_ms))
                 bar.update()
     for prefix in ("", "graph_"):
-        liger = {(r["shape"], r["mode"]): r[prefix + "ms"] for r in rows
-                 if r["provider"] == "liger" and r[prefix + "ms"]}
+        liger = {
+            (r["shape"], r["mode"]): r[prefix + "ms"]
+            for r in rows
+            if r["provider"] == "liger" and r[prefix + "ms"]
+        }
         for r in rows:
             key = (r["shape"], r["mode"])
-            r[prefix + "vs_liger"] = r[prefix + "ms"] / liger[key] if key in liger and r[prefix + "ms"] else None
+            r[prefix + "vs_liger"] = (
+                r[prefix + "ms"] / liger[key]
+                if key in liger and r[prefix + "ms"]
+                else None
+            )
     return rows
 
 
-HOST_PROVIDERS = ("torch eager", "torch.compile", "liger", "final (torch.ops)", "final", AUTOGRAD_FLOOR)
+HOST_PROVIDERS = (
+    "torch eager",
+    "torch.compile",
+    "liger",
+    "final (torch.ops)",
+    "final",
+    AUTOGRAD_FLOOR,
+)
 
 
 class _Identity(torch.autograd.Function):
@@ -404,19 +542,30 @@ def host_rows(providers=HOST_PROVIDERS, modes=MODES, shape=HOST_SHAPE, rounds=9)
     for mode in modes:
         fns, inputs = {}, {}
         for name in providers:
-            fn = _Identity.apply if name == AUTOGRAD_FLOOR else make_provider(name, shape)
+            fn = (
+                _Identity.apply
+                if name == AUTOGRAD_FLOOR
+                else make_provider(name, shape)
+            )
             fns[name] = training_step(fn) if mode == "fwd+bwd" else fn
-            inputs[name] = make_inputs(shape, mode)   # its own: Liger writes there
+            inputs[name] = make_inputs(shape, mode)  # its own: Liger writes there
             check_untouched(name, fns[name], inputs[name], MUTATES.get(name, ()))
-            for _ in range(20):        # compile, warm up
+            for _ in range(20):  # compile, warm up
                 fns[name](*inputs[name])
         times = {name: [] for name in providers}
         for _ in range(rounds):
             for name, fn in fns.items():
                 times[name].append(host_us(fn, inputs[name]))
         for name in providers:
-            rows.append(dict(provider=name, mode=mode, shape=shape.label,
-                             host_us=sorted(times[name])[rounds // 2], vs_liger=None))
+            rows.append(
+                dict(
+                    provider=name,
+                    mode=mode,
+                    shape=shape.label,
+                    host_us=sorted(times[name])[rounds // 2],
+                    vs_liger=None,
+                )
+            )
     liger = {r["mode"]: r["host_us"] for r in rows if r["provider"] == "liger"}
     for r in rows:
         r["vs_liger"] = r["host_us"] / liger[r["mode"]] if r["mode"] in liger else None
@@ -432,8 +581,10 @@ def format_host_table(rows) -> str:
 
 
 def format_table(rows) -> str:
-    lines = [f"{'impl':25} {'shape':37} {'mode':7} | {'eager ms':>8} {'%floor':>6} {'vs liger':>8} | "
-             f"{'graph ms':>8} {'%floor':>6} {'vs liger':>8} | {'peak MB':>7}"]
+    lines = [
+        f"{'impl':25} {'shape':37} {'mode':7} | {'eager ms':>8} {'%floor':>6} {'vs liger':>8} | "
+        f"{'graph ms':>8} {'%floor':>6} {'vs liger':>8} | {'peak MB':>7}"
+    ]
     for r in rows:
         head = f"{r['provider']:25} {r['shape']:37} {r['mode']:7}"
         if r.get("error"):
@@ -442,8 +593,11 @@ def format_table(rows) -> str:
         cells = []
         for prefix in ("", "graph_"):
             ms, vs = r.get(prefix + "ms"), r.get(prefix + "vs_liger")
-            cells.append(f"{ms:8.3f} {r[prefix + 'pct_floor']:5.0f}% {f'{vs:.2f}x' if vs else '-':>8}"
-                         if ms else f"{'-':>8} {'-':>6} {'-':>8}")
+            cells.append(
+                f"{ms:8.3f} {r[prefix + 'pct_floor']:5.0f}% {f'{vs:.2f}x' if vs else '-':>8}"
+                if ms
+                else f"{'-':>8} {'-':>6} {'-':>8}"
+            )
         lines.append(f"{head} | {cells[0]} | {cells[1]} | {r['peak_mem_mb']:7.0f}")
     return "\n".join(lines)
 
@@ -452,8 +606,12 @@ def print_table(rows) -> None:
     print(format_table(rows))
 
 
-AXIS_LABELS = {"pct_floor": "% of the copy floor (higher is better)", "gbps": "GB/s",
-               "ms": "ms (lower is better)", "tokens": "tokens (B x T)"}
+AXIS_LABELS = {
+    "pct_floor": "% of the copy floor (higher is better)",
+    "gbps": "GB/s",
+    "ms": "ms (lower is better)",
+    "tokens": "tokens (B x T)",
+}
 
 
 def _without_T(label):
@@ -469,39 +627,75 @@ def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None):
     machine's). In a notebook, assign the figure (or end the line with ';') so it shows once."""
     import matplotlib.pyplot as plt
 
-    rows = [r for r in rows if r["ms"] and not (y == "pct_floor" and r["provider"] == COPY)]
+    rows = [
+        r for r in rows if r["ms"] and not (y == "pct_floor" and r["provider"] == COPY)
+    ]
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
     providers = list(dict.fromkeys(r["provider"] for r in rows))
-    columns = [("eager", y)] + ([("CUDA graph", "graph_" + y)] if any(r.get("graph_" + y) for r in rows) else [])
+    columns = [("eager", y)] + (
+        [("CUDA graph", "graph_" + y)] if any(r.get("graph_" + y) for r in rows) else []
+    )
     sweep = len(shapes) >= 3 and len({_without_T(s) for s in shapes}) == 1
-    fig, axes = plt.subplots(len(modes), len(columns), squeeze=False, layout="constrained",
-                             figsize=((8 if sweep else 12) * (1 if len(columns) == 1 else 0.75) * len(columns),
-                                      4 * len(modes)), sharey="row" if y == "pct_floor" else False)
+    fig, axes = plt.subplots(
+        len(modes),
+        len(columns),
+        squeeze=False,
+        layout="constrained",
+        figsize=(
+            (8 if sweep else 12) * (1 if len(columns) == 1 else 0.75) * len(columns),
+            4 * len(modes),
+        ),
+        sharey="row" if y == "pct_floor" else False,
+    )
     for row_axes, mode in zip(axes, modes):
         for ax, (how, key) in zip(row_axes, columns):
             for i, name in enumerate(providers):
-                mine = [r for r in rows if r["provider"] == name and r["mode"] == mode and r.get(key)]
+                mine = [
+                    r
+                    for r in rows
+                    if r["provider"] == name and r["mode"] == mode and r.get(key)
+                ]
                 # the same colour for a provider in every figure: black for the floor, C0-C9 for the rest
-                style = dict(label=name, color="black" if name == COPY else _color(name))
+                style = dict(
+                    label=name, color="black" if name == COPY else _color(name)
+                )
                 if sweep:
                     mine.sort(key=lambda r: r[x])
-                    ax.plot([r[x] for r in mine], [r[key] for r in mine], marker="o",
-                            linestyle="--" if name in PEERS else "-", **style)
+                    ax.plot(
+                        [r[x] for r in mine],
+                        [r[key] for r in mine],
+                        marker="o",
+                        linestyle="--" if name in PEERS else "-",
+                        **style,
+                    )
                 else:
                     width = 0.8 / len(providers)
-                    ax.bar([shapes.index(r["shape"]) + (i - (len(providers) - 1) / 2) * width for r in mine],
-                           [r[key] for r in mine], width, **style)
+                    ax.bar(
+                        [
+                            shapes.index(r["shape"])
+                            + (i - (len(providers) - 1) / 2) * width
+                            for r in mine
+                        ],
+                        [r[key] for r in mine],
+                        width,
+                        **style,
+                    )
             if sweep and max(r[x] for r in rows) >= 100 * min(r[x] for r in rows):
                 ax.set_xscale("log", base=2)
                 if y == "ms":
                     ax.set_yscale("log")
             if not sweep:
-                ax.set_xticks(range(len(shapes)), shapes, rotation=20, ha="right", fontsize=8)
+                ax.set_xticks(
+                    range(len(shapes)), shapes, rotation=20, ha="right", fontsize=8
+                )
             if y == "pct_floor":
                 ax.axhline(100, color="black", linestyle="--", linewidth=1)
-            ax.set(title=mode if len(columns) == 1 else f"{mode}, {how}",
-                   xlabel=AXIS_LABELS[x] if sweep else "shape (B x T x Hq/Hkv x D)", ylabel=AXIS_LABELS[y])
+            ax.set(
+                title=mode if len(columns) == 1 else f"{mode}, {how}",
+                xlabel=AXIS_LABELS[x] if sweep else "shape (B x T x Hq/Hkv x D)",
+                ylabel=AXIS_LABELS[y],
+            )
             ax.grid(axis="y", alpha=0.3)
     axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     device = device or (torch.cuda.get_device_name() if on_gpu() else "no GPU")
@@ -515,6 +709,7 @@ def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None):
 def _color(name: str):
     """The same colour for a provider in every figure: C0-C9, then the lighter half of tab20."""
     import matplotlib.pyplot as plt
+
     i = PROVIDERS.index(name) - 1
     return f"C{i}" if i < 10 else plt.get_cmap("tab20").colors[2 * (i - 10) + 1]
 
@@ -525,29 +720,48 @@ def environment() -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ropetut bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="seed002, seed004, llama3_8b, 4 points of seed001 and decode")
-    parser.add_argument("--json", metavar="PATH", help="write {environment, rows, host} here")
+    parser = argparse.ArgumentParser(
+        prog="python -m ropetut bench", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="seed002, seed004, llama3_8b, 4 points of seed001 and decode",
+    )
+    parser.add_argument(
+        "--json", metavar="PATH", help="write {environment, rows, host} here"
+    )
     parser.add_argument("--plot", metavar="PATH", help="write the figure here (PNG)")
-    parser.add_argument("--shapes", nargs="+", choices=SHAPES, metavar="NAME",
-                        help=f"shape groups, of {', '.join(SHAPES)} (default: all)")
+    parser.add_argument(
+        "--shapes",
+        nargs="+",
+        choices=SHAPES,
+        metavar="NAME",
+        help=f"shape groups, of {', '.join(SHAPES)} (default: all)",
+    )
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--no-graphs", action="store_true", help="eager timings only")
-    parser.add_argument("--no-host", action="store_true", help="skip the host-time-per-call table")
+    parser.add_argument(
+        "--no-host", action="store_true", help="skip the host-time-per-call table"
+    )
     args = parser.parse_args(argv)
     if args.shapes:
         shapes = [s for name in args.shapes for s in SHAPES[name]]
     else:
-        shapes = QUICK if args.quick else [s for group in SHAPES.values() for s in group]
+        shapes = (
+            QUICK if args.quick else [s for group in SHAPES.values() for s in group]
+        )
     rows = run(shapes, modes=args.modes, graphs=not args.no_graphs)
     if rows is None:
         return 0
     host = None if args.no_host else host_rows(modes=args.modes)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"environment": environment(), "rows": rows, "host": host},
-                                              indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {"environment": environment(), "rows": rows, "host": host}, indent=1
+            )
+        )
     if args.plot:
         plot(rows, args.plot)
     print_table(rows)

@@ -16,6 +16,7 @@ Two ways to split the tokens into training and validation windows of ``seq_len +
   share all but ``stride`` tokens land on both sides, so nearly every validation token is also
   a training target.
 """
+
 import gzip
 import hashlib
 from dataclasses import dataclass
@@ -24,15 +25,17 @@ from pathlib import Path
 import torch
 
 JARGON = Path(__file__).resolve().parent / "corpus" / "jargon-4.4.7.txt.gz"
-JARGON_SHA256 = "6c8118c277d0b00736d406d4941b77b69932d6ab125f7179ff88fe12939cc19e"  # decompressed
+JARGON_SHA256 = (
+    "6c8118c277d0b00736d406d4941b77b69932d6ab125f7179ff88fe12939cc19e"  # decompressed
+)
 SPLITS = ("disjoint", "overlapping")
 
 
 @dataclass(frozen=True)
 class Corpus:
     name: str
-    tokens: torch.Tensor    # (n,) uint8: one token per byte
-    sha256: str             # of the bytes the tokens are
+    tokens: torch.Tensor  # (n,) uint8: one token per byte
+    sha256: str  # of the bytes the tokens are
 
     def describe(self) -> dict:
         return {"name": self.name, "bytes": len(self.tokens), "sha256": self.sha256}
@@ -44,7 +47,9 @@ def load_corpus(path: str | Path | None = None) -> Corpus:
         raw = gzip.decompress(JARGON.read_bytes())
         sha = hashlib.sha256(raw).hexdigest()
         if sha != JARGON_SHA256:
-            raise ValueError(f"corpus: {JARGON.name} decompresses to sha256 {sha}, expected {JARGON_SHA256}")
+            raise ValueError(
+                f"corpus: {JARGON.name} decompresses to sha256 {sha}, expected {JARGON_SHA256}"
+            )
         name = "Jargon File 4.4.7"
     else:
         path = Path(path)
@@ -61,10 +66,11 @@ def load_corpus(path: str | Path | None = None) -> Corpus:
 class Split:
     """Where training and validation windows start. A window at s is x = tokens[s : s + seq_len],
     y = tokens[s + 1 : s + seq_len + 1] (the next token of each x)."""
+
     mode: str
     seq_len: int
-    train_starts: torch.Tensor     # every start a training batch may draw
-    val_starts: torch.Tensor       # validation windows, in the order they are evaluated
+    train_starts: torch.Tensor  # every start a training batch may draw
+    val_starts: torch.Tensor  # validation windows, in the order they are evaluated
 
     def val_seen_fraction(self, n_val_windows: int | None = None) -> float:
         """The fraction of validation targets (y positions of the first ``n_val_windows``
@@ -75,14 +81,23 @@ class Split:
         # y of the window at s covers positions [s + 1, s + seq_len]: mark them with a difference array
         edges = torch.zeros(end + 1, dtype=torch.int64)
         edges.index_add_(0, self.train_starts + 1, torch.ones_like(self.train_starts))
-        edges.index_add_(0, self.train_starts + self.seq_len + 1, -torch.ones_like(self.train_starts))
+        edges.index_add_(
+            0, self.train_starts + self.seq_len + 1, -torch.ones_like(self.train_starts)
+        )
         is_train_target = edges.cumsum(0) > 0
         val_targets = val[:, None] + 1 + torch.arange(self.seq_len)
         return is_train_target[val_targets].float().mean().item()
 
 
-def make_split(n_tokens: int, seq_len: int, *, overlapping: bool = False, val_fraction: float = 0.1,
-               seed: int = 0, stride: int = 1) -> Split:
+def make_split(
+    n_tokens: int,
+    seq_len: int,
+    *,
+    overlapping: bool = False,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+    stride: int = 1,
+) -> Split:
     """Disjoint contiguous blocks (the default), or the seed's random split of overlapping windows.
     Deterministic: the overlapping split draws from a generator seeded with ``seed``."""
     if not 0 < val_fraction < 1:
@@ -91,28 +106,45 @@ def make_split(n_tokens: int, seq_len: int, *, overlapping: bool = False, val_fr
         starts = torch.arange(0, n_tokens - seq_len, stride)
         n_val = round(val_fraction * len(starts))
         if n_val < 1 or n_val == len(starts):
-            raise ValueError(f"n_tokens: {n_tokens} tokens make too few windows of {seq_len + 1} to split")
+            raise ValueError(
+                f"n_tokens: {n_tokens} tokens make too few windows of {seq_len + 1} to split"
+            )
         # what torch.utils.data.random_split does: one permutation, the first part trains
-        order = torch.randperm(len(starts), generator=torch.Generator().manual_seed(seed))
+        order = torch.randperm(
+            len(starts), generator=torch.Generator().manual_seed(seed)
+        )
         n_train = len(starts) - n_val
-        return Split("overlapping", seq_len, starts[order[:n_train]], starts[order[n_train:]])
+        return Split(
+            "overlapping", seq_len, starts[order[:n_train]], starts[order[n_train:]]
+        )
     n_train_tokens = round((1 - val_fraction) * n_tokens)
     if n_train_tokens < seq_len + 1 or n_tokens - n_train_tokens < seq_len + 1:
-        raise ValueError(f"n_tokens: {n_tokens} tokens are too few for two blocks of {seq_len + 1}")
-    train = torch.arange(0, n_train_tokens - seq_len)            # y never reaches past the block
+        raise ValueError(
+            f"n_tokens: {n_tokens} tokens are too few for two blocks of {seq_len + 1}"
+        )
+    train = torch.arange(0, n_train_tokens - seq_len)  # y never reaches past the block
     val = torch.arange(n_train_tokens, n_tokens - seq_len, seq_len)
     return Split("disjoint", seq_len, train, val)
 
 
-def windows(tokens: torch.Tensor, starts: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+def windows(
+    tokens: torch.Tensor, starts: torch.Tensor, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(x, y) int64 batches of the windows at ``starts``, on the device of ``tokens``."""
-    index = starts.to(tokens.device)[:, None] + torch.arange(seq_len + 1, device=tokens.device)
+    index = starts.to(tokens.device)[:, None] + torch.arange(
+        seq_len + 1, device=tokens.device
+    )
     w = tokens[index].long()
     return w[:, :-1], w[:, 1:]
 
 
-def train_batches(tokens: torch.Tensor, split: Split, batch_size: int, seed: int,
-                  generator: torch.Generator | None = None):
+def train_batches(
+    tokens: torch.Tensor,
+    split: Split,
+    batch_size: int,
+    seed: int,
+    generator: torch.Generator | None = None,
+):
     """An endless, deterministic stream of training batches: windows drawn at random (with
     replacement) from the split's training starts by a generator seeded with ``seed``, or by
     ``generator`` if given (its state is then the stream's place, which a checkpoint keeps)."""

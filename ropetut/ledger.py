@@ -13,6 +13,7 @@ committed results. An explicit ``out_dir`` (or ``$ROPETUT_LEDGER_DIR``) writes t
 The ledger page (``chapters/seed_ledger.ipynb``) reads both halves with ``rows`` and
 ``markdown_table``.
 """
+
 import json
 import os
 from pathlib import Path
@@ -46,7 +47,15 @@ def output_dir(out_dir=None):
     return LEDGER_DIR if on_gpu() else None
 
 
-def record(claim_id: str, *, ours: str, agree: bool, cause: str, out_dir=None, show: bool = True) -> None:
+def record(
+    claim_id: str,
+    *,
+    ours: str,
+    agree: bool,
+    cause: str,
+    out_dir=None,
+    show: bool = True,
+) -> None:
     """Record the verdict a chapter cell just computed on one seed claim.
 
     ours: our measurement, formatted from the cell's values; agree: the cell's computed
@@ -56,24 +65,36 @@ def record(claim_id: str, *, ours: str, agree: bool, cause: str, out_dir=None, s
     """
     known = claims()
     if claim_id not in known:
-        raise KeyError(f"unknown seed claim {claim_id!r}: add it to {CLAIMS_FILE.name} first")
+        raise KeyError(
+            f"unknown seed claim {claim_id!r}: add it to {CLAIMS_FILE.name} first"
+        )
     claim = known[claim_id]
     if not claim.get("chapter"):
-        raise ValueError(f"claim {claim_id!r} is not tested by a chapter (issue {claim.get('issue')})")
+        raise ValueError(
+            f"claim {claim_id!r} is not tested by a chapter (issue {claim.get('issue')})"
+        )
     if agree is None:
         raise TypeError(f"claim {claim_id!r}: agree must be True or False, not None")
     agree = bool(agree)
     mark = AGREE if agree else DISAGREE
     if show:
-        print(f"{mark}  seed {claim['seed']}, {claim['section']}: {claim['claim']} | ours: {ours}")
+        print(
+            f"{mark}  seed {claim['seed']}, {claim['section']}: {claim['claim']} | ours: {ours}"
+        )
     directory = output_dir(out_dir)
     if directory is not None:
-        _write(directory / f"{claim['chapter']}.json", claim_id,
-               {"ours": str(ours), "agree": agree, "cause": str(cause), **_provenance()})
+        _write(
+            directory / f"{claim['chapter']}.json",
+            claim_id,
+            {"ours": str(ours), "agree": agree, "cause": str(cause), **_provenance()},
+        )
 
 
 def _provenance() -> dict:
-    from .provenance import environment      # imports git and torch details lazily: GPU runs only
+    from .provenance import (
+        environment,
+    )  # imports git and torch details lazily: GPU runs only
+
     env = environment()
     return {"device": env["device"], "ropetut commit": env["ropetut commit"]}
 
@@ -83,7 +104,10 @@ def _write(path: Path, claim_id: str, entry: dict) -> None:
     verdicts = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     verdicts[claim_id] = entry
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(verdicts, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(
+        json.dumps(verdicts, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
+        encoding="utf-8",
+    )
     tmp.replace(path)
 
 
@@ -110,11 +134,20 @@ def rows(claims_data=None, verdicts=None) -> list:
             verdict = NOT_MEASURED
         else:
             verdict = AGREE if found["agree"] else DISAGREE
-        table.append({"id": claim["id"], "seed": claim["seed"], "section": claim["section"],
-                      "claim": claim["claim"], "chapter": claim.get("chapter"), "issue": claim.get("issue"),
-                      "ours": found["ours"] if found else "", "verdict": verdict,
-                      "cause": found["cause"] if found else "",
-                      "device": found.get("device", "") if found else ""})
+        table.append(
+            {
+                "id": claim["id"],
+                "seed": claim["seed"],
+                "section": claim["section"],
+                "claim": claim["claim"],
+                "chapter": claim.get("chapter"),
+                "issue": claim.get("issue"),
+                "ours": found["ours"] if found else "",
+                "verdict": verdict,
+                "cause": found["cause"] if found else "",
+                "device": found.get("device", "") if found else "",
+            }
+        )
     return table
 
 
@@ -124,10 +157,18 @@ def _cell(text: str) -> str:
 
 def markdown_table(table: list, chapter_link=lambda stem: f"{stem}.ipynb") -> str:
     """The ledger as one Markdown table; chapter_link turns a chapter stem into a link target."""
-    lines = ["| claim | our measurement | verdict | cause | shown in |", "|---|---|---|---|---|"]
+    lines = [
+        "| claim | our measurement | verdict | cause | shown in |",
+        "|---|---|---|---|---|",
+    ]
     for r in table:
         claim = f"“{_cell(r['claim'])}” (seed {r['seed']}, {_cell(r['section'])})"
-        where = (f"[chapter {r['chapter'][:2]}]({chapter_link(r['chapter'])})" if r["chapter"]
-                 else f"issue {r['issue']}")
-        lines.append(f"| {claim} | {_cell(r['ours'])} | {r['verdict']} | {_cell(r['cause'])} | {where} |")
+        where = (
+            f"[chapter {r['chapter'][:2]}]({chapter_link(r['chapter'])})"
+            if r["chapter"]
+            else f"issue {r['issue']}"
+        )
+        lines.append(
+            f"| {claim} | {_cell(r['ours'])} | {r['verdict']} | {_cell(r['cause'])} | {where} |"
+        )
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 Every stored output names its provenance: chapters print it first, ``train`` and ``bench`` write
 it into their JSON, and the seed ledger records it with each verdict.
 """
+
 import os
 import platform
 import subprocess
@@ -22,17 +23,36 @@ def commit() -> str:
     if os.environ.get("ROPETUT_COMMIT"):
         return os.environ["ROPETUT_COMMIT"]
     try:
-        sha = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=REPO, text=True,
-                             capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "ropetut"], cwd=REPO,
-                               text=True, capture_output=True, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=10", "HEAD"],
+            cwd=REPO,
+            text=True,
+            capture_output=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "ropetut"],
+            cwd=REPO,
+            text=True,
+            capture_output=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return sha + ("+dirty" if dirty else "")
 
 
 def environment() -> dict:
-    device = torch.cuda.get_device_name() if on_gpu() else f"CPU ({platform.processor() or platform.machine()})"
-    return {"device": device, "mode": runtime_mode(), "torch": torch.__version__,
-            "triton": triton.__version__, "python": platform.python_version(),
-            "ropetut commit": commit()}
+    device = (
+        torch.cuda.get_device_name()
+        if on_gpu()
+        else f"CPU ({platform.processor() or platform.machine()})"
+    )
+    return {
+        "device": device,
+        "mode": runtime_mode(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "ropetut commit": commit(),
+    }

@@ -4,6 +4,7 @@ This module must be imported before any module that defines a ``@triton.jit`` ke
 ``triton.jit`` decides at decoration time whether to compile or to interpret, from the
 ``TRITON_INTERPRET`` environment variable. ``ropetut/__init__.py`` imports it first.
 """
+
 import os
 import sys
 
@@ -42,4 +43,4 @@ def pick(*, gpu, cpu):
     return gpu if on_gpu() else cpu
 
 
-NO_GPU = "no GPU: timings skipped"   # what a timing prints under the interpreter
+NO_GPU = "no GPU: timings skipped"  # what a timing prints under the interpreter

@@ -5,6 +5,7 @@ position p. A *table* is ``cos`` and ``sin`` of those angles for positions 0..n-
 ``(n_positions, n_pairs)``. Angles are computed in float64 and rounded once to the table dtype
 (float32 by default), so a table's only error is that one rounding.
 """
+
 import torch
 
 
@@ -18,7 +19,9 @@ def half_truncated(head_dim: int, base: float = 10000.0) -> torch.Tensor:
     """The seed's (modded-nanogpt's) spectrum: ``(1/base) ** linspace(0, 1, head_dim/4)`` then
     ``head_dim/4`` zeros. A zero frequency never rotates, so half of the dims carry no position."""
     if head_dim % 4:
-        raise ValueError(f"head_dim: the half-truncated spectrum needs a multiple of 4, got {head_dim}")
+        raise ValueError(
+            f"head_dim: the half-truncated spectrum needs a multiple of 4, got {head_dim}"
+        )
     # Computed in float32, exactly as the seed's llm.py does, then widened.
     live = (1 / base) ** torch.linspace(0, 1, steps=head_dim // 4, dtype=torch.float32)
     return torch.cat([live, live.new_zeros(head_dim // 4)]).double()
@@ -33,13 +36,20 @@ def partial(rotary_dim: int, base: float = 10000.0) -> torch.Tensor:
 PRESETS = {"standard": standard, "half_truncated": half_truncated, "partial": partial}
 
 
-def rope_tables(freqs: torch.Tensor, n_positions: int, *, dtype: torch.dtype = torch.float32,
-                device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    freqs: torch.Tensor,
+    n_positions: int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of ``p * freqs`` for p in [0, n_positions), each ``(n_positions, len(freqs))``,
     computed on freqs' device, then moved to ``device`` (default: stay there)."""
     p = torch.arange(n_positions, dtype=torch.float64, device=freqs.device)
     angles = p[:, None] * freqs.double()[None, :]
-    return angles.cos().to(dtype=dtype, device=device), angles.sin().to(dtype=dtype, device=device)
+    return angles.cos().to(dtype=dtype, device=device), angles.sin().to(
+        dtype=dtype, device=device
+    )
 
 
 def _check_even(n: int, name: str) -> None:

@@ -14,15 +14,19 @@ hint. It runs wherever ropetut runs: on a GPU, or on the CPU through Triton's in
 >>> check("ch03.interleaved", solutions.rope_interleaved)        # doctest: +SKIP
 ch03.interleaved: PASS (2 cases: T=4, H=2, D=32; T=5, H=3, D=96)
 """
+
 from .. import runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel below is defined)
 from . import ch03, ch04, ch05, solutions
 from .ch04 import rotate_heads
 from .check import EXERCISES, check
 
 for _name, _starter in {
-    "ch03.interleaved": ch03.rope_interleaved, "ch03.mask": ch03.rope_any_d,
-    "ch04.half_split": ch04.rope_half_split, "ch04.fused_qk": ch04.rope_fused_qk,
-    "ch05.backward": ch05.rope_fwd_bwd, "ch05.positions": ch05.rope_positions,
+    "ch03.interleaved": ch03.rope_interleaved,
+    "ch03.mask": ch03.rope_any_d,
+    "ch04.half_split": ch04.rope_half_split,
+    "ch04.fused_qk": ch04.rope_fused_qk,
+    "ch05.backward": ch05.rope_fwd_bwd,
+    "ch05.positions": ch05.rope_positions,
     "ch05.inplace": ch05.rope_inplace,
 }.items():
     EXERCISES[_name].starter = _starter

@@ -7,28 +7,41 @@ The starters below are the chapter's exercise cells, verbatim (a test keeps them
 solutions are in ``ropetut.exercises.solutions``. Tensors are (T, H, D), one sequence, with D
 contiguous; x and out share one layout, so one pair of strides serves both.
 """
+
 import triton
 import triton.language as tl
 
 from ..reference import rope_reference
 from .check import exercise
 
-CASES = (dict(T=4, H=2, D=32), dict(T=5, H=3, D=96))     # the last: D/2 = 48, not a power of two
+CASES = (
+    dict(T=4, H=2, D=32),
+    dict(T=5, H=3, D=96),
+)  # the last: D/2 = 48, not a power of two
 
 
 @triton.jit
-def rope_interleaved(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
-                     BLOCK_HALF: tl.constexpr):
-    row = tl.program_id(0)                        # one program per (token, head) row, as in V1
+def rope_interleaved(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BLOCK_HALF: tl.constexpr,
+):
+    row = tl.program_id(0)  # one program per (token, head) row, as in V1
     t = row // H
     h = row % H
-    i = tl.arange(0, BLOCK_HALF)                  # pair index
+    i = tl.arange(0, BLOCK_HALF)  # pair index
     mask = i < HALF
     cos = tl.load(cos_ptr + t * HALF + i, mask=mask)
     sin = tl.load(sin_ptr + t * HALF + i, mask=mask)
     x_row = x_ptr + t * stride_t + h * stride_h
-    x1 = tl.load(x_row + 2 * i, mask=mask)        # even dims
-    x2 = tl.load(x_row + 2 * i + 1, mask=mask)    # odd dims
+    x1 = tl.load(x_row + 2 * i, mask=mask)  # even dims
+    x2 = tl.load(x_row + 2 * i + 1, mask=mask)  # odd dims
     # ---- exercise 3.1: turn each pair (x1, x2) by its angle (cos, sin) ----
     y1 = x1
     y2 = x2
@@ -39,12 +52,21 @@ def rope_interleaved(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride
 
 
 @triton.jit
-def rope_any_d(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
-               BLOCK_HALF: tl.constexpr):
+def rope_any_d(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BLOCK_HALF: tl.constexpr,
+):
     row = tl.program_id(0)
     t = row // H
     h = row % H
-    i = tl.arange(0, BLOCK_HALF)                  # BLOCK_HALF = next power of two >= HALF
+    i = tl.arange(0, BLOCK_HALF)  # BLOCK_HALF = next power of two >= HALF
     # ---- exercise 3.2: lanes i >= HALF have no pair; keep them from loading and storing ----
     cos = tl.load(cos_ptr + t * HALF + i)
     sin = tl.load(sin_ptr + t * HALF + i)
@@ -63,8 +85,17 @@ def launch_rows(kernel, x, cos, sin, out):
     """One program per (token, head) row. x, out: (T, H, D) with one layout, D contiguous."""
     T, H, D = x.shape
     assert out.stride() == x.stride() and x.stride(2) == 1
-    kernel[(T * H,)](x, out, cos, sin, H, D // 2, x.stride(0), x.stride(1),
-                     BLOCK_HALF=triton.next_power_of_2(D // 2))
+    kernel[(T * H,)](
+        x,
+        out,
+        cos,
+        sin,
+        H,
+        D // 2,
+        x.stride(0),
+        x.stride(1),
+        BLOCK_HALF=triton.next_power_of_2(D // 2),
+    )
     return out
 
 
@@ -74,11 +105,22 @@ def _run_rows(kernel, lab, T, H, D):
     out = lab.empty("out", T, H, D)
     launch_rows(kernel, x, cos, sin, out)
     ref = lambda **kw: rope_reference(x[None], cos, sin, **kw)[0]
-    lab.compare("out", out, ref(interleaved=True), wrong_answers=[
-        ("equals the input x: nothing was rotated", x.double().cpu()),
-        ("is half-split RoPE, pairs (i, i + D/2); this kernel pairs (2i, 2i+1)", ref()),
-        ("is turned by -theta: check the signs of the sin terms", ref(interleaved=True, inverse=True)),
-    ])
+    lab.compare(
+        "out",
+        out,
+        ref(interleaved=True),
+        wrong_answers=[
+            ("equals the input x: nothing was rotated", x.double().cpu()),
+            (
+                "is half-split RoPE, pairs (i, i + D/2); this kernel pairs (2i, 2i+1)",
+                ref(),
+            ),
+            (
+                "is turned by -theta: check the signs of the sin terms",
+                ref(interleaved=True, inverse=True),
+            ),
+        ],
+    )
 
 
 exercise("ch03.interleaved", CASES)(_run_rows)

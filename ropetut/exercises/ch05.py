@@ -8,6 +8,7 @@ The starters are the chapter's exercise cells, verbatim; the solutions are in
 ``ropetut.exercises.solutions``. Tensors are (T, H, D), D contiguous. ``rotate_heads`` is
 chapter 4's helper (``ropetut.exercises.ch04``).
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -20,8 +21,19 @@ CASES = (dict(T=4, H=2, D=32), dict(T=5, H=3, D=96))
 
 
 @triton.jit
-def rope_fwd_bwd(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
-                 BACKWARD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_fwd_bwd(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BACKWARD: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     t = tl.program_id(0)
     i = tl.arange(0, BLOCK_HALF)[None, :]
     cos = tl.load(cos_ptr + t * HALF + i, mask=i < HALF)
@@ -30,12 +42,25 @@ def rope_fwd_bwd(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
     if BACKWARD:
         sin = sin
     # ---- end of exercise ----
-    rotate_heads(x_ptr, out_ptr, t, cos, sin, H, HALF, stride_t, stride_h, BLOCK_H, BLOCK_HALF)
+    rotate_heads(
+        x_ptr, out_ptr, t, cos, sin, H, HALF, stride_t, stride_h, BLOCK_H, BLOCK_HALF
+    )
 
 
 @triton.jit
-def rope_positions(x_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, H, HALF, stride_t, stride_h,
-                   BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_positions(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    pos_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     t = tl.program_id(0)
     i = tl.arange(0, BLOCK_HALF)[None, :]
     # ---- exercise 5.2: token t sits at position positions[t]: use that row of the table ----
@@ -43,12 +68,23 @@ def rope_positions(x_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, H, HALF, stride_t,
     # ---- end of exercise ----
     cos = tl.load(cos_ptr + p * HALF + i, mask=i < HALF)
     sin = tl.load(sin_ptr + p * HALF + i, mask=i < HALF)
-    rotate_heads(x_ptr, out_ptr, t, cos, sin, H, HALF, stride_t, stride_h, BLOCK_H, BLOCK_HALF)
+    rotate_heads(
+        x_ptr, out_ptr, t, cos, sin, H, HALF, stride_t, stride_h, BLOCK_H, BLOCK_HALF
+    )
 
 
 @triton.jit
-def rope_inplace(x_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
-                 BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_inplace(
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     t = tl.program_id(0)
     h = tl.arange(0, BLOCK_H)[:, None]
     i = tl.arange(0, BLOCK_HALF)[None, :]
@@ -69,15 +105,27 @@ def rope_inplace(x_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
 
 
 def _blocks(H, D):
-    return dict(BLOCK_H=triton.next_power_of_2(H), BLOCK_HALF=triton.next_power_of_2(D // 2))
+    return dict(
+        BLOCK_H=triton.next_power_of_2(H), BLOCK_HALF=triton.next_power_of_2(D // 2)
+    )
 
 
 def launch_fwd_bwd(kernel, x, cos, sin, out, *, backward=False):
     """One program per token. x, out: (T, H, D) with one layout, D contiguous."""
     T, H, D = x.shape
     assert out.stride() == x.stride() and x.stride(2) == 1
-    kernel[(T,)](x, out, cos, sin, H, D // 2, x.stride(0), x.stride(1),
-                 BACKWARD=backward, **_blocks(H, D))
+    kernel[(T,)](
+        x,
+        out,
+        cos,
+        sin,
+        H,
+        D // 2,
+        x.stride(0),
+        x.stride(1),
+        BACKWARD=backward,
+        **_blocks(H, D),
+    )
     return out
 
 
@@ -85,7 +133,18 @@ def launch_positions(kernel, x, cos, sin, positions, out):
     """As ``launch_fwd_bwd``, with ``positions``: (T,) integers, rows of cos/sin."""
     T, H, D = x.shape
     assert out.stride() == x.stride() and x.stride(2) == 1
-    kernel[(T,)](x, out, cos, sin, positions, H, D // 2, x.stride(0), x.stride(1), **_blocks(H, D))
+    kernel[(T,)](
+        x,
+        out,
+        cos,
+        sin,
+        positions,
+        H,
+        D // 2,
+        x.stride(0),
+        x.stride(1),
+        **_blocks(H, D),
+    )
     return out
 
 
@@ -112,7 +171,7 @@ class RopeExercise(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out):
         cos, sin = ctx.saved_tensors
-        dy = ctx.lab.copy("dL/dout", d_out)              # in the guarded layout, as x was
+        dy = ctx.lab.copy("dL/dout", d_out)  # in the guarded layout, as x was
         dx = ctx.lab.empty("dL/dx", *d_out.shape)
         launch_fwd_bwd(ctx.kernel, dy, cos, sin, dx, backward=True)
         return dx, None, None, None, None
@@ -125,12 +184,19 @@ def _run_backward(kernel, lab, T, H, D):
     g = torch.randn(T, H, D, generator=lab.g).to(x.device)
     out = RopeExercise.apply(x, cos, sin, kernel, lab)
     out.backward(g)
-    dx = lab.views["dL/dx"]                             # what the backward launch wrote
+    dx = lab.views["dL/dx"]  # what the backward launch wrote
     lab.compare("out", out, rope_reference(x[None], cos, sin)[0])
-    lab.compare("dL/dx", dx, rope_reference(g[None], cos, sin, inverse=True)[0], wrong_answers=[
-        ("is dL/dout turned by +theta, the forward's rotation: the backward turns by -theta",
-         rope_reference(g[None], cos, sin)[0]),
-    ])
+    lab.compare(
+        "dL/dx",
+        dx,
+        rope_reference(g[None], cos, sin, inverse=True)[0],
+        wrong_answers=[
+            (
+                "is dL/dout turned by +theta, the forward's rotation: the backward turns by -theta",
+                rope_reference(g[None], cos, sin)[0],
+            ),
+        ],
+    )
 
 
 @exercise("ch05.positions", CASES)
@@ -141,9 +207,17 @@ def _run_positions(kernel, lab, T, H, D):
     positions = lab.positions(T, n_positions)
     out = lab.empty("out", T, H, D)
     launch_positions(kernel, x, cos, sin, positions, out)
-    lab.compare("out", out, rope_reference(x[None], cos, sin, positions=positions)[0], wrong_answers=[
-        ("is RoPE at positions 0..T-1: the kernel ignores `positions`", rope_reference(x[None], cos, sin)[0]),
-    ])
+    lab.compare(
+        "out",
+        out,
+        rope_reference(x[None], cos, sin, positions=positions)[0],
+        wrong_answers=[
+            (
+                "is RoPE at positions 0..T-1: the kernel ignores `positions`",
+                rope_reference(x[None], cos, sin)[0],
+            ),
+        ],
+    )
 
 
 @exercise("ch05.inplace", CASES)
@@ -155,8 +229,16 @@ def _run_inplace(kernel, lab, T, H, D):
     c, s = cos.double().cpu()[:T, None, :], sin.double().cpu()[:T, None, :]
     x1, x2 = x0.chunk(2, dim=-1)
     y1 = x1 * c - x2 * s
-    lab.compare("x", x, rope_reference(x0[None], cos, sin)[0], wrong_answers=[
-        ("is unchanged: nothing was written back", x0),
-        ("has the right first half; the second half was computed from the first half's new "
-         "values: load every input before you store over it", torch.cat((y1, x2 * c + y1 * s), -1)),
-    ])
+    lab.compare(
+        "x",
+        x,
+        rope_reference(x0[None], cos, sin)[0],
+        wrong_answers=[
+            ("is unchanged: nothing was written back", x0),
+            (
+                "has the right first half; the second half was computed from the first half's new "
+                "values: load every input before you store over it",
+                torch.cat((y1, x2 * c + y1 * s), -1),
+            ),
+        ],
+    )

@@ -14,6 +14,7 @@ outside a tensor, an input overwritten, a known wrong answer (the input unrotate
 pairing, ...), or where the wrong elements are. The messages depend on the shapes only, not on
 the device: a check prints the same text on the CPU and on a GPU.
 """
+
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,17 +25,17 @@ from ..runtime import DEVICE
 from ..tables import rope_tables, standard
 
 TOL = TOLERANCE[torch.float32]
-GUARD_ROWS = 4                      # the guard after a tensor of n rows: 4 n + GUARD_ROWS rows
-AXES = ("t", "h", "d")              # exercise tensors are (T, H, D): one sequence
+GUARD_ROWS = 4  # the guard after a tensor of n rows: 4 n + GUARD_ROWS rows
+AXES = ("t", "h", "d")  # exercise tensors are (T, H, D): one sequence
 
 
 @dataclass
 class Exercise:
     name: str
-    run: Callable                   # run(kernel, lab, **case): launch, then lab.compare(...)
-    cases: tuple                    # shape kwargs; small, the last one odd
-    starter: object = None          # the kernel as the chapter prints it (fails)
-    solution: object = None         # in ropetut.exercises.solutions (passes)
+    run: Callable  # run(kernel, lab, **case): launch, then lab.compare(...)
+    cases: tuple  # shape kwargs; small, the last one odd
+    starter: object = None  # the kernel as the chapter prints it (fails)
+    solution: object = None  # in ropetut.exercises.solutions (passes)
 
 
 EXERCISES: dict[str, Exercise] = {}
@@ -42,28 +43,31 @@ EXERCISES: dict[str, Exercise] = {}
 
 def exercise(name: str, cases):
     """Register ``run`` as exercise ``name``; starter and solution are attached in __init__."""
+
     def register(run):
         EXERCISES[name] = Exercise(name, run, tuple(cases))
         return run
+
     return register
 
 
 @dataclass
 class _Buffer:
     name: str
-    backing: torch.Tensor           # the whole allocation, guard included
-    inside: torch.Tensor            # bool mask over backing: the tensor the kernel was given
-    before: torch.Tensor            # backing's values before the launch (CPU copy)
+    backing: torch.Tensor  # the whole allocation, guard included
+    inside: torch.Tensor  # bool mask over backing: the tensor the kernel was given
+    before: torch.Tensor  # backing's values before the launch (CPU copy)
     is_input: bool
-    may_change: bool                # an input the kernel is meant to overwrite (in place)
+    may_change: bool  # an input the kernel is meant to overwrite (in place)
 
 
 @dataclass
 class Lab:
     """Makes one case's tensors on DEVICE, then judges what the kernel did to them."""
+
     seed: int = 0
     buffers: list = field(default_factory=list)
-    views: dict = field(default_factory=dict)      # name -> the tensor the kernel was given
+    views: dict = field(default_factory=dict)  # name -> the tensor the kernel was given
     problems: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -75,10 +79,12 @@ class Lab:
         if is_input:
             backing.normal_(generator=self.g)
         inside = torch.zeros(backing.shape, dtype=torch.bool)
-        inside[1:n + 1, ..., :D] = True
-        self.buffers.append(_Buffer(name, backing, inside, backing.clone(), is_input, may_change))
+        inside[1 : n + 1, ..., :D] = True
+        self.buffers.append(
+            _Buffer(name, backing, inside, backing.clone(), is_input, may_change)
+        )
         self.buffers[-1].backing = backing = backing.to(DEVICE)
-        self.views[name] = backing[1:n + 1, ..., :D]
+        self.views[name] = backing[1 : n + 1, ..., :D]
         return self.views[name]
 
     def randn(self, name, *shape, may_change=False):
@@ -105,11 +111,15 @@ class Lab:
     def compare(self, name, got, ref, wrong_answers=()):
         """``got`` against the float64 ``ref``; ``wrong_answers``: (what it means, tensor) pairs."""
         got = got.detach().double().cpu()
-        ref = ref.detach().double().cpu()   # the reference computes on its input's device
+        ref = (
+            ref.detach().double().cpu()
+        )  # the reference computes on its input's device
         nan = got.isnan()
         if nan.any():
-            self.problems.append(f"{name}: {int(nan.sum())} of {nan.numel()} elements are NaN: "
-                                 f"never written (outputs start as NaN), at {_where(nan)}")
+            self.problems.append(
+                f"{name}: {int(nan.sum())} of {nan.numel()} elements are NaN: "
+                f"never written (outputs start as NaN), at {_where(nan)}"
+            )
             return
         if relative_error(got, ref) <= TOL:
             return
@@ -118,8 +128,10 @@ class Lab:
                 self.problems.append(f"{name}: {meaning}")
                 return
         wrong = (got - ref).abs() > 1e-4 * ref.abs().max()
-        self.problems.append(f"{name}: differs from the float64 reference (relative error "
-                             f"{relative_error(got, ref):.0e}, tolerance {TOL:.0e}), at {_where(wrong)}")
+        self.problems.append(
+            f"{name}: differs from the float64 reference (relative error "
+            f"{relative_error(got, ref):.0e}, tolerance {TOL:.0e}), at {_where(wrong)}"
+        )
 
     def check_buffers(self):
         for b in self.buffers:
@@ -127,12 +139,18 @@ class Lab:
             changed = ~((now == b.before) | (now.isnan() & b.before.isnan()))
             outside = int((changed & ~b.inside).sum())
             if outside:
-                self.problems.insert(0, f"{b.name}: {outside} elements written outside the tensor "
-                                     "(past the end of a row, a head or the last token): a lane "
-                                     "that has no element to write must be masked off")
+                self.problems.insert(
+                    0,
+                    f"{b.name}: {outside} elements written outside the tensor "
+                    "(past the end of a row, a head or the last token): a lane "
+                    "that has no element to write must be masked off",
+                )
             if b.is_input and not b.may_change and (changed & b.inside).any():
-                self.problems.insert(0, f"{b.name}: the kernel wrote into this input; it should "
-                                     "only read it")
+                self.problems.insert(
+                    0,
+                    f"{b.name}: the kernel wrote into this input; it should "
+                    "only read it",
+                )
 
 
 def _ranges(idx: list[int]) -> str:
@@ -151,13 +169,17 @@ def _ranges(idx: list[int]) -> str:
 def _where(mask: torch.Tensor) -> str:
     """Which indices along each axis hold a marked element: 't 1..4, every h, d 0..15, 32..47'."""
     parts = []
-    for axis, name in enumerate(AXES[-mask.dim():]):
+    for axis, name in enumerate(AXES[-mask.dim() :]):
         others = [a for a in range(mask.dim()) if a != axis]
         hit = mask.any(dim=others[0], keepdim=True) if others else mask
         for a in others[1:]:
             hit = hit.any(dim=a, keepdim=True)
         idx = torch.nonzero(hit.flatten()).flatten().tolist()
-        parts.append(f"every {name}" if len(idx) == mask.shape[axis] else f"{name} {_ranges(idx)}")
+        parts.append(
+            f"every {name}"
+            if len(idx) == mask.shape[axis]
+            else f"{name} {_ranges(idx)}"
+        )
     return ", ".join(parts)
 
 
@@ -182,7 +204,9 @@ def check(name: str, kernel, *, seed: int = 0, quiet: bool = False) -> bool:
         try:
             ex.run(kernel, lab, **case)
             lab.check_buffers()
-        except Exception as e:      # a compile error, a bad launch, ... : the reader's to fix
+        except (
+            Exception
+        ) as e:  # a compile error, a bad launch, ... : the reader's to fix
             lab.problems = [f"the kernel raised {_error_line(e)}"]
         if lab.problems:
             if not quiet:
@@ -191,5 +215,9 @@ def check(name: str, kernel, *, seed: int = 0, quiet: bool = False) -> bool:
                     print(f"  - {p}")
             return False
     if not quiet:
-        print(f"{name}: PASS ({len(ex.cases)} cases: " + "; ".join(_label(c) for c in ex.cases) + ")")
+        print(
+            f"{name}: PASS ({len(ex.cases)} cases: "
+            + "; ".join(_label(c) for c in ex.cases)
+            + ")"
+        )
     return True

@@ -4,6 +4,7 @@ Each solution keeps its starter's name and signature (``ropetut.exercises.ch03``
 only the lines between the exercise markers differ. ``python -m pytest tests/test_exercises.py``
 checks that every solution passes and every starter fails.
 """
+
 import triton
 import triton.language as tl
 
@@ -12,9 +13,19 @@ from .ch04 import rotate_heads
 
 # -- chapter 3 ------------------------------------------------------------------------------
 
+
 @triton.jit
-def rope_interleaved(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
-                     BLOCK_HALF: tl.constexpr):
+def rope_interleaved(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BLOCK_HALF: tl.constexpr,
+):
     row = tl.program_id(0)
     t = row // H
     h = row % H
@@ -35,8 +46,17 @@ def rope_interleaved(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride
 
 
 @triton.jit
-def rope_any_d(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
-               BLOCK_HALF: tl.constexpr):
+def rope_any_d(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BLOCK_HALF: tl.constexpr,
+):
     row = tl.program_id(0)
     t = row // H
     h = row % H
@@ -58,9 +78,20 @@ def rope_any_d(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
 
 # -- chapter 4 ------------------------------------------------------------------------------
 
+
 @triton.jit
-def rope_half_split(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
-                    BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_half_split(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     t = tl.program_id(0)
     h = tl.arange(0, BLOCK_H)[:, None]
     i = tl.arange(0, BLOCK_HALF)[None, :]
@@ -78,8 +109,23 @@ def rope_half_split(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_
 
 
 @triton.jit
-def rope_fused_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, HQ, HK, HALF,
-                  sq_t, sq_h, sk_t, sk_h, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_fused_qk(
+    q_ptr,
+    k_ptr,
+    qo_ptr,
+    ko_ptr,
+    cos_ptr,
+    sin_ptr,
+    HQ,
+    HK,
+    HALF,
+    sq_t,
+    sq_h,
+    sk_t,
+    sk_h,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     t = tl.program_id(0)
     i = tl.arange(0, BLOCK_HALF)[None, :]
     cos = tl.load(cos_ptr + t * HALF + i, mask=i < HALF)
@@ -92,9 +138,21 @@ def rope_fused_qk(q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr, HQ, HK, HALF,
 
 # -- chapter 5 ------------------------------------------------------------------------------
 
+
 @triton.jit
-def rope_fwd_bwd(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
-                 BACKWARD: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_fwd_bwd(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BACKWARD: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     t = tl.program_id(0)
     i = tl.arange(0, BLOCK_HALF)[None, :]
     cos = tl.load(cos_ptr + t * HALF + i, mask=i < HALF)
@@ -103,12 +161,25 @@ def rope_fwd_bwd(x_ptr, out_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
     if BACKWARD:
         sin = -sin
     # ---- end of exercise ----
-    rotate_heads(x_ptr, out_ptr, t, cos, sin, H, HALF, stride_t, stride_h, BLOCK_H, BLOCK_HALF)
+    rotate_heads(
+        x_ptr, out_ptr, t, cos, sin, H, HALF, stride_t, stride_h, BLOCK_H, BLOCK_HALF
+    )
 
 
 @triton.jit
-def rope_positions(x_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, H, HALF, stride_t, stride_h,
-                   BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_positions(
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    pos_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     t = tl.program_id(0)
     i = tl.arange(0, BLOCK_HALF)[None, :]
     # ---- exercise 5.2: one scalar load per program ----
@@ -116,12 +187,23 @@ def rope_positions(x_ptr, out_ptr, cos_ptr, sin_ptr, pos_ptr, H, HALF, stride_t,
     # ---- end of exercise ----
     cos = tl.load(cos_ptr + p * HALF + i, mask=i < HALF)
     sin = tl.load(sin_ptr + p * HALF + i, mask=i < HALF)
-    rotate_heads(x_ptr, out_ptr, t, cos, sin, H, HALF, stride_t, stride_h, BLOCK_H, BLOCK_HALF)
+    rotate_heads(
+        x_ptr, out_ptr, t, cos, sin, H, HALF, stride_t, stride_h, BLOCK_H, BLOCK_HALF
+    )
 
 
 @triton.jit
-def rope_inplace(x_ptr, cos_ptr, sin_ptr, H, HALF, stride_t, stride_h,
-                 BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def rope_inplace(
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    stride_t,
+    stride_h,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+):
     t = tl.program_id(0)
     h = tl.arange(0, BLOCK_H)[:, None]
     i = tl.arange(0, BLOCK_HALF)[None, :]

@@ -17,6 +17,7 @@ Every launcher is called on validated (B, T, H, D) views, and writes q_out and k
 This file imports without CuTeDSL: the ``cute`` launcher imports its module when first called.
 It sits below ``ropetut.validate``, which reads the ``Supports`` records to check arguments.
 """
+
 from dataclasses import dataclass
 from functools import cache
 from typing import Callable, NamedTuple
@@ -38,47 +39,60 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 class RopeOptions(NamedTuple):
     """How to turn q and k: everything a launch needs but the tensors themselves."""
-    cos: torch.Tensor                # (n_positions, rotary_dim/2), contiguous
+
+    cos: torch.Tensor  # (n_positions, rotary_dim/2), contiguous
     sin: torch.Tensor
-    positions: torch.Tensor | None   # (B, T) view (stride 0 over B when given as (T,))
+    positions: torch.Tensor | None  # (B, T) view (stride 0 over B when given as (T,))
     interleaved: bool
     rotary_dim: int
     inplace: bool
-    kernel: "Kernel"                 # the registry entry that runs it
-    check_positions: bool = False    # (checked by ``validate.check_rope_args``, which reads values)
-    backward: bool = False           # turn by -theta (the gradient of a turn by theta)
+    kernel: "Kernel"  # the registry entry that runs it
+    check_positions: bool = (
+        False  # (checked by ``validate.check_rope_args``, which reads values)
+    )
+    backward: bool = False  # turn by -theta (the gradient of a turn by theta)
 
 
-def rows_fit_vectors(t: torch.Tensor, vector_bytes: int, *, check_pointer: bool = True) -> bool:
+def rows_fit_vectors(
+    t: torch.Tensor, vector_bytes: int, *, check_pointer: bool = True
+) -> bool:
     """Can a kernel read t's rows ``vector_bytes`` at a time? Unit stride in D, every other stride
     a whole number of vectors, and (unless check_pointer=False: torch.compile's fake tensors have
     no address) a start aligned to the vector."""
     vec = vector_bytes // t.element_size()
-    return (t.stride(-1) == 1 and all(s % vec == 0 for s in t.stride()[:-1])
-            and (not check_pointer or t.data_ptr() % vector_bytes == 0))
+    return (
+        t.stride(-1) == 1
+        and all(s % vec == 0 for s in t.stride()[:-1])
+        and (not check_pointer or t.data_ptr() % vector_bytes == 0)
+    )
 
 
 @dataclass(frozen=True)
 class Supports:
     """What a kernel can do. ``validate.check_supports`` refuses the rest, naming the argument."""
-    pairs: tuple[str, ...] = ("half",)   # "half": (x[i], x[i+R/2]); "interleaved": (x[2i], x[2i+1])
-    positions: bool = False              # a (B, T) table row per token
-    partial: bool = False                # rotary_dim < D: the other dims pass through
+
+    pairs: tuple[str, ...] = (
+        "half",
+    )  # "half": (x[i], x[i+R/2]); "interleaved": (x[2i], x[2i+1])
+    positions: bool = False  # a (B, T) table row per token
+    partial: bool = False  # rotary_dim < D: the other dims pass through
     inplace: bool = False
-    dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES    # of q and k, and of the tables
-    vector_bytes: int = 0                # > 0: rows read this many bytes at a time (unit stride in
+    dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES  # of q and k, and of the tables
+    vector_bytes: int = 0  # > 0: rows read this many bytes at a time (unit stride in
     #                                      D, other strides whole vectors, aligned starts)
-    max_elements: int | None = None      # 32-bit offsets: q and k below this many elements
+    max_elements: int | None = None  # 32-bit offsets: q and k below this many elements
 
 
-@dataclass(frozen=True, eq=False)   # one record per kernel: compared (and hashed) by identity
+@dataclass(
+    frozen=True, eq=False
+)  # one record per kernel: compared (and hashed) by identity
 class Kernel:
     name: str
     launch: Callable
     supports: Supports
-    prepare_backward: Callable | None = None   # (q_out, k_out, cos, sin, positions, *,
+    prepare_backward: Callable | None = None  # (q_out, k_out, cos, sin, positions, *,
     #                                            interleaved, rotary_dim) -> ``prepared``
-    why_unavailable: Callable | None = None    # () -> why it can't run here, or None: an
+    why_unavailable: Callable | None = None  # () -> why it can't run here, or None: an
     #                                            optional kernel (needs what ropetut doesn't install)
 
     @property
@@ -90,34 +104,89 @@ class Kernel:
 def _one_tensor_at_a_time(launch_one):
     """V1-V3 rotate one tensor per launch, forward only: their backward is the forward with sin
     negated, and k is a second launch."""
-    def launch(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary_dim, backward,
-               prepared=None):
+
+    def launch(
+        q,
+        k,
+        cos,
+        sin,
+        q_out,
+        k_out,
+        *,
+        positions,
+        interleaved,
+        rotary_dim,
+        backward,
+        prepared=None,
+    ):
         sin = -sin if backward else sin
         launch_one(q, cos, sin, q_out)
         if k is not None:
             launch_one(k, cos, sin, k_out)
         return q_out, k_out
+
     return launch
 
 
-def _launch_v4(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary_dim, backward,
-               prepared=None):
+def _launch_v4(
+    q,
+    k,
+    cos,
+    sin,
+    q_out,
+    k_out,
+    *,
+    positions,
+    interleaved,
+    rotary_dim,
+    backward,
+    prepared=None,
+):
     return rope_v4(q, k, cos, sin, q_out, k_out, backward=backward)
 
 
-def _launch_final(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary_dim, backward,
-                  prepared=None):
-    return rope_final(q, k, cos, sin, q_out, k_out, positions=positions, interleaved=interleaved,
-                      rotary_dim=rotary_dim, backward=backward, key=prepared)
+def _launch_final(
+    q,
+    k,
+    cos,
+    sin,
+    q_out,
+    k_out,
+    *,
+    positions,
+    interleaved,
+    rotary_dim,
+    backward,
+    prepared=None,
+):
+    return rope_final(
+        q,
+        k,
+        cos,
+        sin,
+        q_out,
+        k_out,
+        positions=positions,
+        interleaved=interleaved,
+        rotary_dim=rotary_dim,
+        backward=backward,
+        key=prepared,
+    )
 
 
-FLOAT32_MATH = (torch.float32, torch.float16, torch.bfloat16)   # kernels that compute in fp32
+FLOAT32_MATH = (
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+)  # kernels that compute in fp32
 
 
 def _cute_unavailable():
     if not on_gpu():
-        return ("impl='cute' needs a CUDA GPU: CuTeDSL compiles for NVIDIA GPUs only, and this "
-                "machine runs ropetut's kernels through Triton's interpreter")
+        return (
+            "impl='cute' needs a CUDA GPU: CuTeDSL compiles for NVIDIA GPUs only, and this "
+            "machine runs ropetut's kernels through Triton's interpreter"
+        )
     try:
         from . import cute  # noqa: F401
     except ImportError as e:
@@ -125,13 +194,27 @@ def _cute_unavailable():
     return None
 
 
-CUTE_INSTALL = ("pip install 'nvidia-cutlass-dsl[cu13]' apache-tvm-ffi for a CUDA 13 driver, "
-                "pip install nvidia-cutlass-dsl apache-tvm-ffi for CUDA 12")
+CUTE_INSTALL = (
+    "pip install 'nvidia-cutlass-dsl[cu13]' apache-tvm-ffi for a CUDA 13 driver, "
+    "pip install nvidia-cutlass-dsl apache-tvm-ffi for CUDA 12"
+)
 CUTE_VECTOR_BYTES = 16
 
 
-def _launch_cute(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary_dim, backward,
-                 prepared=None):
+def _launch_cute(
+    q,
+    k,
+    cos,
+    sin,
+    q_out,
+    k_out,
+    *,
+    positions,
+    interleaved,
+    rotary_dim,
+    backward,
+    prepared=None,
+):
     """The CuTeDSL kernel reads rows 16 bytes at a time. Inputs that ``apply_rope`` let through
     fit; gradients come in whatever strides autograd chose, so a backward copies the ones that
     don't, and writes through a contiguous buffer if it must."""
@@ -139,10 +222,15 @@ def _launch_cute(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary
 
     def fits(t):
         return t is None or rows_fit_vectors(t, CUTE_VECTOR_BYTES)
+
     q, k = (t if fits(t) else t.contiguous() for t in (q, k))
-    cos, sin = (t if t.data_ptr() % CUTE_VECTOR_BYTES == 0 else t.clone() for t in (cos, sin))
-    outs = [t if fits(t) else torch.empty_like(t, memory_format=torch.contiguous_format)
-            for t in (q_out, k_out)]
+    cos, sin = (
+        t if t.data_ptr() % CUTE_VECTOR_BYTES == 0 else t.clone() for t in (cos, sin)
+    )
+    outs = [
+        t if fits(t) else torch.empty_like(t, memory_format=torch.contiguous_format)
+        for t in (q_out, k_out)
+    ]
     rope_cute(q, k, cos, sin, *outs, positions=positions, backward=backward)
     for given, used in zip((q_out, k_out), outs):
         if used is not given:
@@ -151,21 +239,41 @@ def _launch_cute(q, k, cos, sin, q_out, k_out, *, positions, interleaved, rotary
 
 
 KERNELS = {
-    "v1": Kernel("v1", _one_tensor_at_a_time(rope_v1), Supports(pairs=("interleaved",))),
+    "v1": Kernel(
+        "v1", _one_tensor_at_a_time(rope_v1), Supports(pairs=("interleaved",))
+    ),
     "v2": Kernel("v2", _one_tensor_at_a_time(rope_v2), Supports()),
     "v3": Kernel("v3", _one_tensor_at_a_time(rope_v3), Supports()),
-    "v4": Kernel("v4", _launch_v4, Supports(dtypes=FLOAT32_MATH)),      # widens to fp32, always
-    "final": Kernel("final", _launch_final,
-                    Supports(pairs=("half", "interleaved"), positions=True, partial=True,
-                             inplace=True),
-                    prepare_backward=_final_prepare_backward),
-    "cute": Kernel("cute", _launch_cute,
-                   Supports(positions=True, inplace=True, dtypes=FLOAT32_MATH,
-                            vector_bytes=CUTE_VECTOR_BYTES, max_elements=2**31),
-                   why_unavailable=_cute_unavailable),
+    "v4": Kernel(
+        "v4", _launch_v4, Supports(dtypes=FLOAT32_MATH)
+    ),  # widens to fp32, always
+    "final": Kernel(
+        "final",
+        _launch_final,
+        Supports(
+            pairs=("half", "interleaved"), positions=True, partial=True, inplace=True
+        ),
+        prepare_backward=_final_prepare_backward,
+    ),
+    "cute": Kernel(
+        "cute",
+        _launch_cute,
+        Supports(
+            positions=True,
+            inplace=True,
+            dtypes=FLOAT32_MATH,
+            vector_bytes=CUTE_VECTOR_BYTES,
+            max_elements=2**31,
+        ),
+        why_unavailable=_cute_unavailable,
+    ),
 }
-IMPLS = tuple(name for name, kernel in KERNELS.items() if kernel.why_unavailable is None)
-OPTIONAL_IMPLS = tuple(name for name, kernel in KERNELS.items() if kernel.why_unavailable)
+IMPLS = tuple(
+    name for name, kernel in KERNELS.items() if kernel.why_unavailable is None
+)
+OPTIONAL_IMPLS = tuple(
+    name for name, kernel in KERNELS.items() if kernel.why_unavailable
+)
 
 
 def get_kernel(impl) -> Kernel:
@@ -195,7 +303,9 @@ def rotate(q, k, options: RopeOptions):
     k_out = None if k is None else (k if inplace else torch.empty_like(k))
     if q.numel() and (k is None or k.numel()):
         _launch(q, k, q_out, k_out, options)
-    elif q.numel() or (k is not None and k.numel()):   # one of them is empty: the other alone
+    elif q.numel() or (
+        k is not None and k.numel()
+    ):  # one of them is empty: the other alone
         x, x_out = (q, q_out) if q.numel() else (k, k_out)
         _launch(x, None, x_out, None, options)
     if inplace:
@@ -204,9 +314,18 @@ def rotate(q, k, options: RopeOptions):
 
 
 def _launch(q, k, q_out, k_out, options):
-    options.kernel.launch(q, k, options.cos, options.sin, q_out, k_out,
-                          positions=options.positions, interleaved=options.interleaved,
-                          rotary_dim=options.rotary_dim, backward=options.backward)
+    options.kernel.launch(
+        q,
+        k,
+        options.cos,
+        options.sin,
+        q_out,
+        k_out,
+        positions=options.positions,
+        interleaved=options.interleaved,
+        rotary_dim=options.rotary_dim,
+        backward=options.backward,
+    )
 
 
 # Not one of ``KERNELS`` (its launchers take weights and eps; it has its own backward):

@@ -10,6 +10,7 @@ What changed from V2, and why:
 - BACKWARD turns by -theta. A rotation is orthogonal, so its backward (the transpose) is the
   rotation by the opposite angle: dL/dx = R(-theta) dL/dy. Same kernel, sin negated.
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -18,8 +19,27 @@ from .tiles import tile_sizes
 
 
 @triton.jit
-def _rotate_heads(x_ptr, o_ptr, b, t, i, ti_mask, cos, sin, H, HALF,
-                  sxb, sxt, sxh, sxd, sob, sot, soh, sod, BLOCK_H: tl.constexpr):
+def _rotate_heads(
+    x_ptr,
+    o_ptr,
+    b,
+    t,
+    i,
+    ti_mask,
+    cos,
+    sin,
+    H,
+    HALF,
+    sxb,
+    sxt,
+    sxh,
+    sxd,
+    sob,
+    sot,
+    soh,
+    sod,
+    BLOCK_H: tl.constexpr,
+):
     """Rotate all H heads of the tile's tokens, BLOCK_H heads at a time, in fp32."""
     for h0 in range(0, H, BLOCK_H):
         h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
@@ -36,13 +56,37 @@ def _rotate_heads(x_ptr, o_ptr, b, t, i, ti_mask, cos, sin, H, HALF,
 
 @triton.jit
 def rope_v4_kernel(
-    q_ptr, k_ptr, qo_ptr, ko_ptr, cos_ptr, sin_ptr,
-    T, HQ, HK, HALF,
-    sqb, sqt, sqh, sqd, skb, skt, skh, skd,           # q, k strides, (B, T, H, D)
-    sqob, sqot, sqoh, sqod, skob, skot, skoh, skod,   # q_out, k_out strides
-    s_cos,                                            # row stride of cos/sin: (n_positions, HALF)
+    q_ptr,
+    k_ptr,
+    qo_ptr,
+    ko_ptr,
+    cos_ptr,
+    sin_ptr,
+    T,
+    HQ,
+    HK,
+    HALF,
+    sqb,
+    sqt,
+    sqh,
+    sqd,
+    skb,
+    skt,
+    skh,
+    skd,  # q, k strides, (B, T, H, D)
+    sqob,
+    sqot,
+    sqoh,
+    sqod,
+    skob,
+    skot,
+    skoh,
+    skod,  # q_out, k_out strides
+    s_cos,  # row stride of cos/sin: (n_positions, HALF)
     BACKWARD: tl.constexpr,
-    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
 ):
     b = tl.program_id(1)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
@@ -52,10 +96,48 @@ def rope_v4_kernel(
     sin = tl.load(sin_ptr + t * s_cos + i, mask=ti_mask).to(tl.float32)
     if BACKWARD:
         sin = -sin
-    _rotate_heads(q_ptr, qo_ptr, b, t, i, ti_mask, cos, sin, HQ, HALF,
-                  sqb, sqt, sqh, sqd, sqob, sqot, sqoh, sqod, BLOCK_H)
-    _rotate_heads(k_ptr, ko_ptr, b, t, i, ti_mask, cos, sin, HK, HALF,
-                  skb, skt, skh, skd, skob, skot, skoh, skod, BLOCK_H)
+    _rotate_heads(
+        q_ptr,
+        qo_ptr,
+        b,
+        t,
+        i,
+        ti_mask,
+        cos,
+        sin,
+        HQ,
+        HALF,
+        sqb,
+        sqt,
+        sqh,
+        sqd,
+        sqob,
+        sqot,
+        sqoh,
+        sqod,
+        BLOCK_H,
+    )
+    _rotate_heads(
+        k_ptr,
+        ko_ptr,
+        b,
+        t,
+        i,
+        ti_mask,
+        cos,
+        sin,
+        HK,
+        HALF,
+        skb,
+        skt,
+        skh,
+        skd,
+        skob,
+        skot,
+        skoh,
+        skod,
+        BLOCK_H,
+    )
 
 
 def rope_v4(q, k, cos, sin, q_out, k_out, *, backward: bool = False):
@@ -63,12 +145,30 @@ def rope_v4(q, k, cos, sin, q_out, k_out, *, backward: bool = False):
     cos, sin: (n_positions >= T, D/2), contiguous. Returns (q_out, k_out)."""
     B, T, HQ, D = q.shape
     HK = 0 if k is None else k.shape[2]
-    kk, kk_out = (q, q_out) if k is None else (k, k_out)   # HK = 0: the k loop never runs
+    kk, kk_out = (
+        (q, q_out) if k is None else (k, k_out)
+    )  # HK = 0: the k loop never runs
     BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, max(HQ, HK), D // 2)
     grid = (triton.cdiv(T, BLOCK_T), B)
     rope_v4_kernel[grid](
-        q, kk, q_out, kk_out, cos, sin, T, HQ, HK, D // 2,
-        *q.stride(), *kk.stride(), *q_out.stride(), *kk_out.stride(), cos.stride(0),
-        BACKWARD=backward, BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF,
+        q,
+        kk,
+        q_out,
+        kk_out,
+        cos,
+        sin,
+        T,
+        HQ,
+        HK,
+        D // 2,
+        *q.stride(),
+        *kk.stride(),
+        *q_out.stride(),
+        *kk_out.stride(),
+        cos.stride(0),
+        BACKWARD=backward,
+        BLOCK_T=BLOCK_T,
+        BLOCK_H=BLOCK_H,
+        BLOCK_HALF=BLOCK_HALF,
     )
     return q_out, k_out
