@@ -56,9 +56,41 @@ def check_rope_args(
     """Validate everything; returns (q, k, options) with q, k as (B, T, H, D) views.
 
     kernel: a registry entry (``ropetut.kernels.KERNELS[impl]``) or its name, ``impl``.
-    wants_grad: autograd will record this call (in place, its refusals are checked here)."""
+    wants_grad: autograd will record this call (in place, its refusals are checked here).
+
+    A plain call (dense torch tensors, out of place, no positions, eager) is checked in full
+    once per ``_plain_key``: every check it passes is a function of that key, so a call with
+    the same key passes them all again, and skips to the result (host time, chapter 6)."""
     if isinstance(kernel, str):
         kernel = get_kernel(kernel)
+    key = _plain_key(
+        q,
+        k,
+        cos,
+        sin,
+        positions,
+        kernel,
+        rotary_dim,
+        interleaved,
+        inplace,
+        layout,
+        check_positions,
+    )
+    rotary_dim_passed = None if key is None else _PASSED.get(key)
+    if rotary_dim_passed is not None:
+        return (
+            _as_bthd(q, layout),
+            None if k is None else _as_bthd(k, layout),
+            RopeOptions(
+                cos.contiguous(),
+                sin.contiguous(),
+                None,
+                interleaved,
+                rotary_dim_passed,
+                False,
+                kernel,
+            ),
+        )
     if (
         kernel.why_unavailable
         and not torch.compiler.is_compiling()
@@ -141,7 +173,73 @@ def check_rope_args(
         kernel,
         check_positions,
     )
+    if key is not None:
+        if (
+            len(_PASSED) >= 1024
+        ):  # a bound on memory for callers that never repeat a shape
+            _PASSED.clear()
+        _PASSED[key] = rotary_dim
     return q4, k4, options
+
+
+# _plain_key -> the resolved rotary_dim of a plain call that passed every check
+_PASSED = {}
+
+
+def _plain_key(
+    q,
+    k,
+    cos,
+    sin,
+    positions,
+    kernel,
+    rotary_dim,
+    interleaved,
+    inplace,
+    layout,
+    check_positions,
+):
+    """What every check of a plain call reads: types, shapes, strides, dtypes, devices and the
+    options, whether the tables require grad where autograd would record it, and which kernel
+    (one that reads pointers, ``Supports.vector_bytes``, is not plain). None for any other call:
+    in place (addresses, version counters), positions, a tensor subclass, tracing, an
+    optional kernel (whether it can run is asked each time)."""
+    tensor = torch.Tensor
+    if (
+        inplace is not False
+        or check_positions is not False
+        or positions is not None
+        or not (interleaved is True or interleaved is False)
+        or type(q) is not tensor
+        or type(cos) is not tensor
+        or type(sin) is not tensor
+        or not (k is None or type(k) is tensor)
+        or type(rotary_dim) not in (int, type(None))
+        or torch.compiler.is_compiling()
+        or kernel.supports.vector_bytes
+        or kernel.why_unavailable is not None
+    ):
+        return None
+    return (
+        kernel.name,
+        layout,
+        rotary_dim,
+        interleaved,
+        q.shape,
+        q.stride(),
+        q.dtype,
+        q.device,
+        None if k is None else (k.shape, k.stride(), k.dtype, k.device),
+        cos.shape,
+        cos.stride(),
+        cos.dtype,
+        cos.device,
+        sin.shape,
+        sin.stride(),
+        sin.dtype,
+        sin.device,
+        (cos.requires_grad or sin.requires_grad) and torch.is_grad_enabled(),
+    )
 
 
 def check_qk(q, k, *, layout, rotary_dim, flags=()):

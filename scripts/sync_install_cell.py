@@ -26,7 +26,7 @@ except ImportError:   # Colab, or a kernel without ropetut: clone the repository
     if not os.path.isdir("{clone}"):
         subprocess.run(["git", "clone", "--depth", "1", "{url}", "{clone}"], check=True)
     sys.path.insert(0, os.path.abspath("{clone}"))
-from ropetut.notebook import print_environment; print_environment()'''
+from ropetut.book.notebook import print_environment; print_environment()'''
 
 
 def repository_url(config: Path = REPO / "_config.yml") -> str:

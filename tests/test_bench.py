@@ -8,7 +8,7 @@ from conftest import gpu_only, randn, tables
 
 import ropetut
 from ropetut import bench
-from ropetut.notebook import NO_GPU
+from ropetut.book.notebook import NO_GPU
 from ropetut.reference import rope_reference
 
 
@@ -210,7 +210,7 @@ def test_providers_write_only_what_they_declare(name, mode):
 
 @pytest.mark.parametrize("name", ["fused", "liger", "torch eager"])
 def test_qk_norm_providers_write_only_what_they_declare(name):
-    from ropetut import bench_qk_norm
+    from ropetut.bench import qk_norm as bench_qk_norm
 
     if name == "liger" and bench_qk_norm.liger_pair() is None:
         pytest.skip("liger_kernel is not installed")
@@ -246,7 +246,7 @@ def test_measure_refuses_undeclared_writes(monkeypatch, no_timers, mode):
 
 
 def test_qk_norm_measure_checks_gradients_and_weights(monkeypatch, no_timers):
-    from ropetut import bench_qk_norm
+    from ropetut.bench import qk_norm as bench_qk_norm
 
     w_q = torch.ones(4, device=ropetut.DEVICE, requires_grad=True)
     w_k = torch.ones(4, device=ropetut.DEVICE, requires_grad=True)

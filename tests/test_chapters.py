@@ -49,7 +49,7 @@ def test_install_cell_clones_the_configured_url_when_ropetut_does_not_import(mon
     calls = []
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "ropetut", None)        # import ropetut raises ImportError,
-    monkeypatch.setitem(sys.modules, "ropetut.notebook", None)   # and so does the last line's
+    monkeypatch.setitem(sys.modules, "ropetut.book.notebook", None)   # and the last line's
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd))
     monkeypatch.setattr(sys, "path", list(sys.path))
     url = "https://example.org/fork/ropetut"
@@ -136,6 +136,33 @@ def test_freshness_covers_library_source_the_chapter_prints(tmp_path, monkeypatc
     ran = _git(tmp_path, "rev-parse", "--short=10", "HEAD")
     path.write_text(_notebook([bad], commit=ran))
     assert "cannot name" in fresh.why_stale(path, tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
+def test_freshness_follows_printed_source_that_moved(tmp_path, monkeypatch):
+    """A module moved by git mv after the run (committed or only staged) is compared with its
+    text at its old path: fresh while the definition is unchanged, stale once it changes."""
+    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "lib").mkdir()
+    source = "def f():\n    return 1\n"
+    (tmp_path / "lib" / "moved_by_ch.py").write_text(source)
+    cell = "from moved_by_ch import f\nshow_source(f)"
+    path = tmp_path / "chapters" / "ch.ipynb"
+    path.parent.mkdir()
+    path.write_text(_notebook([cell]))
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, *ident, "commit", "-q", "-m", "chapter")
+    ran = _git(tmp_path, "rev-parse", "--short=10", "HEAD")
+    path.write_text(_notebook([cell], commit=ran))
+    (tmp_path / "lib" / "moved").mkdir()
+    _git(tmp_path, "mv", "lib/moved_by_ch.py", "lib/moved/moved_by_ch.py")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib" / "moved"))
+    assert fresh.why_stale(path, tmp_path) is None
+    _git(tmp_path, *ident, "commit", "-q", "-m", "moved")
+    assert fresh.why_stale(path, tmp_path) is None
+    (tmp_path / "lib" / "moved" / "moved_by_ch.py").write_text(source.replace("1", "2"))
+    assert "prints lib/moved/moved_by_ch.py's f, which changed" in fresh.why_stale(path, tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")

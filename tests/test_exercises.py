@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import ropetut
-from ropetut.exercises import EXERCISES, check
-from ropetut.exercises.check import Lab
+from ropetut.book.exercises import EXERCISES, check
+from ropetut.book.exercises.check import Lab
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = {"ch03": "03_triton_v1", "ch04": "04_triton_v2_v3_v4", "ch05": "05_autograd_and_fusion"}

@@ -6,7 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from ropetut import ledger
+from ropetut.book import ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"

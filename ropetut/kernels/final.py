@@ -5,7 +5,10 @@ What it adds to V4, and why:
   packed sequences. Without it, token t uses row t. The kernel never reads outside the table: a
   position outside [0, n_positions) loads NaN instead of a row, so that token's output is NaN.
   Checking on the device costs nothing; checking on the host would wait for the GPU.
-- interleaved pairs (x[2i], x[2i+1]) as well as half-split ones (x[i], x[i+R/2]).
+- interleaved pairs (x[2i], x[2i+1]) as well as half-split ones (x[i], x[i+R/2]). Both move
+  whole rows: an interleaved row's R rotary dims are one contiguous load, split in registers
+  into its even and odd dims, and one contiguous store of the two joined back. Loads and
+  stores of stride 2 would not vectorise: one instruction per element, not per 16 bytes.
 - partial rotary: only the first R = rotary_dim dims turn. Out of place, the other D-R dims are
   copied; in place, they are never touched, so they cost no bytes at all.
 - in place: pass the input as the output. Each element is loaded before it is stored by the
@@ -45,6 +48,34 @@ def _copy_pass_dims(x_row, o_row, mask, R, D, sxd, sod, BLOCK_PASS: tl.constexpr
             tl.load(x_row + d * sxd, mask=mask & (d < D)),
             mask=mask & (d < D),
         )
+
+
+@triton.jit
+def _load_pairs(row, stride, row_mask, i, HALF, INTERLEAVED: tl.constexpr, other=None):
+    """A row's rotary pairs (x1, x2), shaped like i (pairs, (1, 1, BLOCK_HALF)) broadcast
+    with row_mask (rows). Interleaved: one contiguous load of the row's R = 2 * HALF dims,
+    split in registers into its even dims (x1) and its odd dims (x2)."""
+    if INTERLEAVED:
+        j = tl.arange(0, 2 * i.shape[2])[None, None, :]
+        x = tl.load(row + j * stride, mask=row_mask & (j < 2 * HALF), other=other)
+        x1, x2 = tl.split(tl.reshape(x, (x.shape[0], x.shape[1], i.shape[2], 2)))
+    else:
+        x1 = tl.load(row + i * stride, mask=row_mask & (i < HALF), other=other)
+        x2 = tl.load(row + (i + HALF) * stride, mask=row_mask & (i < HALF), other=other)
+    return x1, x2
+
+
+@triton.jit
+def _store_pairs(row, stride, row_mask, i, HALF, x1, x2, INTERLEAVED: tl.constexpr):
+    """Store the pairs ``_load_pairs`` loads. Interleaved: x1 and x2 joined back into
+    one contiguous store of the row's R dims."""
+    if INTERLEAVED:
+        j = tl.arange(0, 2 * i.shape[2])[None, None, :]
+        x = tl.interleave(x1, x2)
+        tl.store(row + j * stride, x, mask=row_mask & (j < 2 * HALF))
+    else:
+        tl.store(row + i * stride, x1, mask=row_mask & (i < HALF))
+        tl.store(row + (i + HALF) * stride, x2, mask=row_mask & (i < HALF))
 
 
 @triton.jit
@@ -99,8 +130,7 @@ def rope_final_kernel(
         b, t = b.to(tl.int64), t.to(tl.int64)
     i = tl.arange(0, BLOCK_HALF)[None, None, :]
     tok_mask = t < T
-    ti_mask = tok_mask & (i < HALF)
-    table_mask = ti_mask
+    table_mask = tok_mask & (i < HALF)
     if (
         HAS_POSITIONS
     ):  # a row outside the table is never read: its token gets NaN instead
@@ -116,10 +146,6 @@ def rope_final_kernel(
         cos, sin = cos.to(tl.float32), sin.to(tl.float32)
     if BACKWARD:
         sin = -sin
-    if INTERLEAVED:
-        d1, d2 = 2 * i, 2 * i + 1
-    else:
-        d1, d2 = i, i + HALF
     q_tok, qo_tok = q_ptr + b * sqb + t * sqt, qo_ptr + b * sqob + t * sqot
     k_tok, ko_tok = k_ptr + b * skb + t * skt, ko_ptr + b * skob + t * skot
     for h0 in range(
@@ -128,41 +154,23 @@ def rope_final_kernel(
         h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
         if WIDE:
             h = h.to(tl.int64)
-        q_mask, k_mask = ti_mask & (h < HQ), ti_mask & (h < HK)
+        q_mask, k_mask = tok_mask & (h < HQ), tok_mask & (h < HK)
         q_row, qo_row = q_tok + h * sqh, qo_tok + h * sqoh
         k_row, ko_row = k_tok + h * skh, ko_tok + h * skoh
         # Every load before the first store: four tiles in flight, not two.
-        q1 = tl.load(q_row + d1 * sqd, mask=q_mask).to(cos.dtype)
-        q2 = tl.load(q_row + d2 * sqd, mask=q_mask).to(cos.dtype)
-        k1 = tl.load(k_row + d1 * skd, mask=k_mask).to(cos.dtype)
-        k2 = tl.load(k_row + d2 * skd, mask=k_mask).to(cos.dtype)
-        tl.store(
-            qo_row + d1 * sqod,
-            (q1 * cos - q2 * sin).to(qo_ptr.dtype.element_ty),
-            mask=q_mask,
-        )
-        tl.store(
-            qo_row + d2 * sqod,
-            (q2 * cos + q1 * sin).to(qo_ptr.dtype.element_ty),
-            mask=q_mask,
-        )
-        tl.store(
-            ko_row + d1 * skod,
-            (k1 * cos - k2 * sin).to(ko_ptr.dtype.element_ty),
-            mask=k_mask,
-        )
-        tl.store(
-            ko_row + d2 * skod,
-            (k2 * cos + k1 * sin).to(ko_ptr.dtype.element_ty),
-            mask=k_mask,
-        )
+        q1, q2 = _load_pairs(q_row, sqd, q_mask, i, HALF, INTERLEAVED)
+        k1, k2 = _load_pairs(k_row, skd, k_mask, i, HALF, INTERLEAVED)
+        q1, q2 = q1.to(cos.dtype), q2.to(cos.dtype)
+        k1, k2 = k1.to(cos.dtype), k2.to(cos.dtype)
+        qo1 = (q1 * cos - q2 * sin).to(qo_ptr.dtype.element_ty)
+        qo2 = (q2 * cos + q1 * sin).to(qo_ptr.dtype.element_ty)
+        _store_pairs(qo_row, sqod, q_mask, i, HALF, qo1, qo2, INTERLEAVED)
+        ko1 = (k1 * cos - k2 * sin).to(ko_ptr.dtype.element_ty)
+        ko2 = (k2 * cos + k1 * sin).to(ko_ptr.dtype.element_ty)
+        _store_pairs(ko_row, skod, k_mask, i, HALF, ko1, ko2, INTERLEAVED)
         if COPY_PASS:
-            _copy_pass_dims(
-                q_row, qo_row, tok_mask & (h < HQ), R, D, sqd, sqod, BLOCK_PASS
-            )
-            _copy_pass_dims(
-                k_row, ko_row, tok_mask & (h < HK), R, D, skd, skod, BLOCK_PASS
-            )
+            _copy_pass_dims(q_row, qo_row, q_mask, R, D, sqd, sqod, BLOCK_PASS)
+            _copy_pass_dims(k_row, ko_row, k_mask, R, D, skd, skod, BLOCK_PASS)
 
 
 # 2048 pairs and 8 warps a program: the best or level with the best on the H100, for every

@@ -4,14 +4,14 @@
 3.2 ``rope_any_d``: no mask; right when D/2 is a power of two, wrong for D = 96.
 
 The starters below are the chapter's exercise cells, verbatim (a test keeps them so); the
-solutions are in ``ropetut.exercises.solutions``. Tensors are (T, H, D), one sequence, with D
+solutions are in ``ropetut.book.exercises.solutions``. Tensors are (T, H, D), one sequence, with D
 contiguous; x and out share one layout, so one pair of strides serves both.
 """
 
 import triton
 import triton.language as tl
 
-from ..reference import rope_reference
+from ...reference import rope_reference
 from .check import exercise
 
 CASES = (

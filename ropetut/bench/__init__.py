@@ -1,5 +1,8 @@
 """The benchmark harness: every version and every peer against the copy floor, on the seeds' shapes.
 
+The benchmarks are kept beside the library and are not part of its API: this package is the
+harness, and ``qk_norm`` holds issue 18's fused QK-norm + RoPE rows.
+
 ``python -m ropetut bench [--quick]`` prints the tables; chapters call ``run``, ``print_table``,
 ``host_rows`` and ``plot``. Every row is timed twice, because a call costs host time and GPU time
 and a slow host hides a fast kernel:
@@ -31,12 +34,12 @@ import torch
 from tqdm.auto import tqdm
 from triton.testing import do_bench
 
-from . import provenance
-from .autograd import apply_rope
-from .kernels import KERNELS, unavailable
-from .reference import LlmRotary, rope_rotate_half
-from .runtime import DEVICE, NO_GPU, on_gpu
-from .tables import rope_tables, standard
+from ..autograd import apply_rope
+from ..book import provenance
+from ..kernels import KERNELS, unavailable
+from ..reference import LlmRotary, rope_rotate_half
+from ..runtime import DEVICE, NO_GPU, on_gpu
+from ..tables import rope_tables, standard
 
 MODES = ("fwd", "fwd+bwd")
 COPY = "copy (floor)"
@@ -49,6 +52,7 @@ VERSIONS = (
     "final",
     "final (in place)",
     "final (partial, in place)",
+    "final (interleaved)",  # pairs (x[2i], x[2i+1]); the bytes "final" moves
 )
 CUTE = "cute"  # the CuTeDSL kernel (appendix): timed where nvidia-cutlass-dsl imports
 PROVIDERS = (COPY, *PEERS, *VERSIONS, CUTE)
@@ -82,6 +86,7 @@ IMPL_OF = {
     "v4": "v4",
     "final": "final",
     "final (in place)": "final",
+    "final (interleaved)": "final",
     CUTE: "cute",
 }
 
@@ -384,7 +389,7 @@ def make_provider(name: str, shape: Shape):
         sin=sin,
         positions=pos,
         impl=impl,
-        interleaved=not KERNELS[impl].half_split,
+        interleaved=name == "final (interleaved)" or not KERNELS[impl].half_split,
         inplace=name == "final (in place)",
     )
 

@@ -37,11 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kernels import IMPLS, KERNELS
-from .modules import RoPEAttention, RotaryEmbedding
-from .qk_norm import QKNormRotary, QKNormThenRope
-from .reference import LlmRotary
-from .tables import PRESETS
+from ..kernels import IMPLS, KERNELS
+from ..modules import RoPEAttention, RotaryEmbedding
+from ..qk_norm import QKNormRotary, QKNormThenRope
+from ..reference import LlmRotary
+from ..tables import PRESETS
 
 ROPES = ("none", "torch", *IMPLS)
 ROPE_DTYPES = {

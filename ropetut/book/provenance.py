@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 import triton
 
-from .runtime import on_gpu, runtime_mode
+from ..runtime import on_gpu, runtime_mode
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def commit() -> str:

@@ -10,12 +10,12 @@ hint. It runs wherever ropetut runs: on a GPU, or on the CPU through Triton's in
 - ``solutions``: the solutions, one per starter, with the same names;
 - ``check``: the check, and ``EXERCISES``, every exercise by name.
 
->>> from ropetut.exercises import check, solutions
+>>> from ropetut.book.exercises import check, solutions
 >>> check("ch03.interleaved", solutions.rope_interleaved)        # doctest: +SKIP
 ch03.interleaved: PASS (2 cases: T=4, H=2, D=32; T=5, H=3, D=96)
 """
 
-from .. import runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel below is defined)
+from ... import runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel below is defined)
 from . import ch03, ch04, ch05, solutions
 from .ch04 import rotate_heads
 from .check import EXERCISES, check

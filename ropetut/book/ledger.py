@@ -18,10 +18,10 @@ import json
 import os
 from pathlib import Path
 
-from .runtime import on_gpu
+from ..runtime import on_gpu
 
 CLAIMS_FILE = Path(__file__).with_name("seed_claims.json")
-LEDGER_DIR = Path(__file__).resolve().parent.parent / "results" / "ledger"
+LEDGER_DIR = Path(__file__).resolve().parents[2] / "results" / "ledger"
 LEDGER_DIR_ENV = "ROPETUT_LEDGER_DIR"
 AGREE, DISAGREE = "✅ agree", "❌ disagree"
 NOT_MEASURED = "not measured yet"

@@ -49,11 +49,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..book.provenance import environment
+from ..runtime import DEVICE, on_gpu
 from .checkpoint import Paused, read_checkpoint, replace_atomically, write_checkpoint
 from .data import load_corpus, make_split, train_batches, windows
 from .model import ROPES, GPTConfig, TinyGPT, loss_fn
-from .provenance import environment
-from .runtime import DEVICE, on_gpu
 
 
 @dataclass(frozen=True)

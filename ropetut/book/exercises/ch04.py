@@ -5,13 +5,13 @@
 
 A program loads its token's cos/sin row once and uses it for every head, of q and of k: that is
 what V2 and V4 gain over V1. The starters are the chapter's exercise cells, verbatim; the
-solutions are in ``ropetut.exercises.solutions``. Tensors are (T, H, D), D contiguous.
+solutions are in ``ropetut.book.exercises.solutions``. Tensors are (T, H, D), D contiguous.
 """
 
 import triton
 import triton.language as tl
 
-from ..reference import rope_reference
+from ...reference import rope_reference
 from .check import exercise
 
 

@@ -1,6 +1,6 @@
 """Solutions to the exercises of chapters 3 to 5. Try them first: ``check`` says what is wrong.
 
-Each solution keeps its starter's name and signature (``ropetut.exercises.ch03`` ... ``ch05``);
+Each solution keeps its starter's name and signature (``ropetut.book.exercises.ch03`` ... ``ch05``);
 only the lines between the exercise markers differ. ``python -m pytest tests/test_exercises.py``
 checks that every solution passes and every starter fails.
 """

@@ -3,8 +3,8 @@
 import inspect
 from pathlib import Path
 
+from ..runtime import NO_GPU  # noqa: F401  (chapters print it where a timing would be)
 from .provenance import REPO, environment  # noqa: F401  (chapter 09 reads REPO from here)
-from .runtime import NO_GPU  # noqa: F401  (chapters print it where a timing would be)
 
 
 def print_environment() -> None:

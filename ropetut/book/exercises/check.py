@@ -20,9 +20,9 @@ from typing import Callable
 
 import torch
 
-from ..check import TOLERANCE, relative_error
-from ..runtime import DEVICE
-from ..tables import rope_tables, standard
+from ...check import TOLERANCE, relative_error
+from ...runtime import DEVICE
+from ...tables import rope_tables, standard
 
 TOL = TOLERANCE[torch.float32]
 GUARD_ROWS = 4  # the guard after a tensor of n rows: 4 n + GUARD_ROWS rows
@@ -35,7 +35,7 @@ class Exercise:
     run: Callable  # run(kernel, lab, **case): launch, then lab.compare(...)
     cases: tuple  # shape kwargs; small, the last one odd
     starter: object = None  # the kernel as the chapter prints it (fails)
-    solution: object = None  # in ropetut.exercises.solutions (passes)
+    solution: object = None  # in ropetut.book.exercises.solutions (passes)
 
 
 EXERCISES: dict[str, Exercise] = {}

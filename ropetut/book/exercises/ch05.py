@@ -5,15 +5,15 @@
 5.3 ``rope_inplace``: writes over its input; as shipped it reads one half after overwriting it.
 
 The starters are the chapter's exercise cells, verbatim; the solutions are in
-``ropetut.exercises.solutions``. Tensors are (T, H, D), D contiguous. ``rotate_heads`` is
-chapter 4's helper (``ropetut.exercises.ch04``).
+``ropetut.book.exercises.solutions``. Tensors are (T, H, D), D contiguous. ``rotate_heads`` is
+chapter 4's helper (``ropetut.book.exercises.ch04``).
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from ..reference import rope_reference
+from ...reference import rope_reference
 from .ch04 import rotate_heads
 from .check import exercise
 
