@@ -1,7 +1,8 @@
 """ropetut: Rotary Position Embedding kernels in Triton, and the book that builds them.
 
-``runtime`` is imported first: with no CUDA device it sets TRITON_INTERPRET=1 before any
-kernel module is imported, so the same kernels run on CPU tensors through Triton's interpreter.
+``runtime`` is imported first: with no CUDA device it sets TRITON_INTERPRET=1
+before any kernel module is imported, so the same kernels run on CPU tensors
+through Triton's interpreter.
 """
 
 from .runtime import DEVICE, on_gpu, pick, runtime_mode  # noqa: I001  (must come first)
@@ -17,8 +18,8 @@ from .tables import half_truncated, partial, rope_tables, standard
 __all__ = [
     "DEVICE",
     "IMPLS",
-    "LlmRotary",
     "OPTIONAL_IMPLS",
+    "LlmRotary",
     "QKNormRotary",
     "RoPEAttention",
     "RotaryEmbedding",

@@ -1,16 +1,18 @@
-"""``python -m ropetut check``: every kernel version against the float64 reference, one table.
+"""``python -m ropetut check``: every kernel version against the float64 reference,
+one table.
 
-Each case draws fresh random inputs, fills the outputs with NaN first (so an element the kernel
-forgot to write fails), and compares ||out - ref|| / ||ref|| with a per-dtype tolerance.
+Each case draws fresh random inputs, fills the outputs with NaN first (so an
+element the kernel forgot to write fails), and compares ||out - ref|| / ||ref||
+with a per-dtype tolerance.
 """
 
 import torch
 
 from .kernels import get_kernel, unavailable
-from .validate import check_rope_args
 from .reference import rope_reference
 from .runtime import DEVICE, on_gpu, pick, runtime_mode
 from .tables import partial, rope_tables, standard
+from .validate import check_rope_args
 
 # ||out - ref|| / ||ref|| allowed per output dtype: a few roundings of that dtype.
 TOLERANCE = {
@@ -22,7 +24,8 @@ TOLERANCE = {
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; NaN anywhere in out gives NaN (which never passes)."""
+    """||out - ref|| / ||ref|| in float64; NaN anywhere in out gives NaN (which never
+    passes)."""
     out, ref = out.detach().double().cpu(), ref.detach().double().cpu()
     return ((out - ref).norm() / ref.norm()).item()
 
@@ -44,7 +47,8 @@ def run_poisoned(
     layout="bthd",
     backward=False,
 ):
-    """Run one kernel into NaN-filled outputs; return (q_out, k_out) in the caller's layout."""
+    """Run one kernel into NaN-filled outputs; return (q_out, k_out) in the caller's
+    layout."""
     q4, k4, options = check_rope_args(
         q,
         k,
@@ -112,9 +116,12 @@ def check_case(
         rotary_dim=rotary_dim,
         layout=layout,
     )
-    opts = dict(
-        positions=pos, interleaved=interleaved, rotary_dim=rotary_dim, layout=layout
-    )
+    opts = {
+        "positions": pos,
+        "interleaved": interleaved,
+        "rotary_dim": rotary_dim,
+        "layout": layout,
+    }
     return max(
         relative_error(q_out, rope_reference(q, cos, sin, **opts)),
         relative_error(k_out, rope_reference(k, cos, sin, **opts)),
@@ -122,10 +129,11 @@ def check_case(
 
 
 def check_cases():
-    """(impl, description, case kwargs) for the table: every version, then final's options."""
+    """(impl, description, case kwargs) for the table: every version, then final's
+    options."""
     B, T, D = pick(gpu=(4, 1000, 128), cpu=(2, 17, 32))
     dtypes = [torch.float32, torch.float16] + ([torch.bfloat16] if on_gpu() else [])
-    base = dict(B=B, T=T, HQ=4, HK=4, D=D)
+    base = {"B": B, "T": T, "HQ": 4, "HK": 4, "D": D}
     cases = []
     for dtype in dtypes:
         name = str(dtype).replace("torch.", "")
@@ -178,8 +186,7 @@ def main() -> int:
         err = check_case(impl, **kw)
         ok = passes(err, kw["dtype"])
         failed += not ok
-        print(
-            f"{impl:6} {what:38} {err:11.2e} {TOLERANCE[kw['dtype']]:10.0e}  {'PASS' if ok else 'FAIL'}"
-        )
+        tol = TOLERANCE[kw["dtype"]]
+        print(f"{impl:6} {what:38} {err:11.2e} {tol:10.0e}  {'PASS' if ok else 'FAIL'}")
     print("all PASS" if not failed else f"{failed} FAILED")
     return 1 if failed else 0

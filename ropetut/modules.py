@@ -1,4 +1,5 @@
-"""Modules: ``RotaryEmbedding`` (tables + apply_rope) and a small causal ``RoPEAttention``."""
+"""Modules: ``RotaryEmbedding`` (tables + apply_rope) and a small causal
+``RoPEAttention``."""
 
 import torch
 import torch.nn.functional as F
@@ -9,7 +10,8 @@ from .tables import PRESETS, rope_tables
 
 
 class RotaryEmbedding(nn.Module):
-    """Holds cos/sin tables for one frequency preset and applies them with ``apply_rope``.
+    """Holds cos/sin tables for one frequency preset and applies them with
+    ``apply_rope``.
 
     preset: "standard", "half_truncated" (the seed's) or "partial" (needs rotary_dim).
     table_dtype: dtype of the stored tables (float32 unless you are studying precision).
@@ -44,12 +46,8 @@ class RotaryEmbedding(nn.Module):
         cos, sin = rope_tables(freqs, max_seq_len, dtype=table_dtype)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
-        self.rotary_dim, self.interleaved, self.layout, self.impl = (
-            rotary_dim,
-            interleaved,
-            layout,
-            impl,
-        )
+        self.rotary_dim, self.interleaved = rotary_dim, interleaved
+        self.layout, self.impl = layout, impl
 
     def forward(self, q, k=None, *, positions=None, inplace: bool = False):
         return apply_rope(
@@ -67,11 +65,12 @@ class RotaryEmbedding(nn.Module):
 
 
 class RoPEAttention(nn.Module):
-    """Causal multi-head attention with RoPE on q and k, and optional GQA (n_kv_heads < n_heads).
+    """Causal multi-head attention with RoPE on q and k, and optional GQA
+    (n_kv_heads < n_heads).
 
     rope: any module called as ``rope(q, k, positions=...)`` on (B, T, H, D) tensors and
-    returning (q, k); a ``RotaryEmbedding`` by default. This is the hook the training chapter
-    uses to swap positional schemes.
+    returning (q, k); a ``RotaryEmbedding`` by default. This is the hook the training
+    chapter uses to swap positional schemes.
     """
 
     def __init__(
@@ -91,11 +90,8 @@ class RoPEAttention(nn.Module):
             raise ValueError(
                 f"n_kv_heads: {n_kv_heads} does not divide n_heads={n_heads}"
             )
-        self.n_heads, self.n_kv_heads, self.head_dim = (
-            n_heads,
-            n_kv_heads,
-            d_model // n_heads,
-        )
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
         self.wq = nn.Linear(d_model, d_model, bias=False)
         self.wkv = nn.Linear(d_model, 2 * n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(d_model, d_model, bias=False)

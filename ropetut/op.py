@@ -1,24 +1,28 @@
-"""RoPE as PyTorch operators: what ``torch.compile``, ``torch.export`` and CUDA-graph trees see.
+"""RoPE as PyTorch operators: what ``torch.compile``, ``torch.export`` and
+CUDA-graph trees see.
 
-- ``torch.ops.ropetut.rope``: out of place, returns (q_out, k_out), differentiable (twice too);
-- ``torch.ops.ropetut.rope_``: in place, declares that it writes q and k (``mutates_args``).
+- ``torch.ops.ropetut.rope``: out of place, returns (q_out, k_out), differentiable
+  (twice too);
+- ``torch.ops.ropetut.rope_``: in place, declares that it writes q and k
+  (``mutates_args``).
 
-q and k are (B, T, H, D), any strides. Each operator validates its arguments as ``apply_rope``
-does, through the kernel registry, before anything is written: called directly, with arguments
-no kernel can take, it raises instead of writing outside its tensors.
+q and k are (B, T, H, D), any strides. Each operator validates its arguments as
+``apply_rope`` does, through the kernel registry, before anything is written:
+called directly, with arguments no kernel can take, it raises instead of writing
+outside its tensors.
 
-Each is registered with ``torch.library.custom_op`` and has a *fake* implementation: the shapes,
-strides and dtypes of its outputs, computed without running anything, which is all a compiler
-needs to trace around it. To ``torch.compile`` each is one opaque node: no graph break, and
-with ``mode="reduce-overhead"`` it is captured into the CUDA graph like any other kernel.
-``rope``'s backward is ``rope`` turning by -theta. Autograd cannot go through an operator that
-mutates its inputs, so ``rope_`` is for calls with no gradient to track.
+Each is registered with ``torch.library.custom_op`` and has a *fake* implementation:
+the shapes, strides and dtypes of its outputs, computed without running anything, which
+is all a compiler needs to trace around it. To ``torch.compile`` each is one opaque
+node: no graph break, and with ``mode="reduce-overhead"`` it is captured into the CUDA
+graph like any other kernel. ``rope``'s backward is ``rope`` turning by -theta. Autograd
+cannot go through an operator that mutates its inputs, so ``rope_`` is for calls with
+no gradient to track.
 
-``apply_rope`` calls these operators when it is being traced. Eagerly it calls the registry's
-``rotate`` directly: the dispatcher would add host time to every call and nothing else.
+``apply_rope`` calls these operators when it is being traced. Eagerly it calls the
+registry's ``rotate`` directly: the dispatcher would add host time to every call
+and nothing else.
 """
-
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -40,7 +44,8 @@ def _validated(
     check_positions,
     backward=False,
 ):
-    """The operator's arguments, checked as ``apply_rope`` checks them: (q, k, options)."""
+    """The operator's arguments, checked as ``apply_rope`` checks them:
+    (q, k, options)."""
     q, k, options = check_rope_args(
         q,
         k,
@@ -56,15 +61,15 @@ def _validated(
     return q, k, options._replace(backward=backward)
 
 
-# The schema is read from the type hints. An operator returns a fixed number of tensors, so
-# without k the second output is an empty tensor.
+# The schema is read from the type hints. An operator returns a fixed number of tensors,
+# so without k the second output is an empty tensor.
 @torch.library.custom_op("ropetut::rope", mutates_args=())
 def rope(
     q: Tensor,
-    k: Optional[Tensor],
+    k: Tensor | None,
     cos: Tensor,
     sin: Tensor,
-    positions: Optional[Tensor],
+    positions: Tensor | None,
     interleaved: bool,
     rotary_dim: int,
     backward: bool,
@@ -110,7 +115,8 @@ def _save_for_backward(ctx, inputs, output):
 
 
 def _backward(ctx, dq, dk):
-    """The gradient of a turn by theta is the turn by -theta: ``rope`` again, so differentiable."""
+    """The gradient of a turn by theta is the turn by -theta: ``rope`` again, so
+    differentiable."""
     cos, sin, positions = ctx.saved_tensors
     has_k, interleaved, rotary_dim, backward, impl = ctx.options
     dq_in, dk_in = rope(
@@ -145,10 +151,10 @@ rope.register_autograd(_backward, setup_context=_save_for_backward)
 @torch.library.custom_op("ropetut::rope_", mutates_args=("q", "k"))
 def rope_(
     q: Tensor,
-    k: Optional[Tensor],
+    k: Tensor | None,
     cos: Tensor,
     sin: Tensor,
-    positions: Optional[Tensor],
+    positions: Tensor | None,
     interleaved: bool,
     rotary_dim: int,
     impl: str,
@@ -176,7 +182,8 @@ def _(q, k, cos, sin, positions, interleaved, rotary_dim, impl, check_positions)
 
 
 def rope_traced(q, k, options: RopeOptions, wants_grad: bool):
-    """What ``apply_rope`` calls under ``torch.compile``, on validated (B, T, H, D) views."""
+    """What ``apply_rope`` calls under ``torch.compile``, on validated (B, T, H, D)
+    views."""
     (
         cos,
         sin,
@@ -214,9 +221,8 @@ def rope_traced(q, k, options: RopeOptions, wants_grad: bool):
         check_positions,
     )
     k_out = None if k is None else k_out
-    if (
-        inplace
-    ):  # with a gradient, autograd cannot go through rope_: rotate, then write back
+    if inplace:
+        # with a gradient, autograd cannot go through rope_: rotate, then write back
         q.copy_(q_out)
         if k is not None:
             k.copy_(k_out)

@@ -1,4 +1,5 @@
-"""The seed's PyTorch baseline, an HF-style peer, and the float64 reference every test trusts."""
+"""The seed's PyTorch baseline, an HF-style peer, and the float64 reference every test
+trusts."""
 
 import torch
 from torch import nn
@@ -9,13 +10,16 @@ from .tables import half_truncated
 class LlmRotary(nn.Module):
     """The seed's ``Rotary`` from ``llm.py`` (002), kept bug for bug.
 
-    - frequencies: the half-truncated spectrum, so the last head_dim/4 pairs never rotate;
-    - angles ``t * freq`` computed in float32; cos/sin buffers of shape (max_seq_len, head_dim/2);
+    - frequencies: the half-truncated spectrum, so the last head_dim/4 pairs never
+      rotate;
+    - angles ``t * freq`` computed in float32; cos/sin buffers of shape
+      (max_seq_len, head_dim/2);
     - half-split pairs (x[i], x[i + D/2]), turned by -theta: ``y1 = x1*cos + x2*sin``;
     - input (B, T, H, D). Fed (B, H, T, D) it silently rotates by *head index* instead.
 
-    ``compute_dtype=torch.float32`` (the seed's final version) computes in fp32 and casts back;
-    ``compute_dtype=None`` computes in the input's dtype, tables included (its early fp16 version).
+    ``compute_dtype=torch.float32`` (the seed's final version) computes in fp32 and
+    casts back; ``compute_dtype=None`` computes in the input's dtype, tables included
+    (its early fp16 version).
     """
 
     def __init__(
@@ -52,8 +56,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def rope_rotate_half(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ):
-    """Hugging Face's formulation on (B, H, T, D): ``x*cos + rotate_half(x)*sin`` with full-width
-    tables (each half's angles repeated). Computes in the promoted dtype of x and the tables."""
+    """Hugging Face's formulation on (B, H, T, D): ``x*cos + rotate_half(x)*sin`` with
+    full-width tables (each half's angles repeated). Computes in the promoted dtype of
+    x and the tables."""
     T = q.shape[-2]
     cos = torch.cat((cos[:T], cos[:T]), dim=-1)
     sin = torch.cat((sin[:T], sin[:T]), dim=-1)
@@ -71,20 +76,22 @@ def rope_reference(
     layout: str = "bthd",
     inverse: bool = False,
 ) -> torch.Tensor:
-    """Standard RoPE (pair turned by +theta) in float64 on x's device (tables and positions
-    follow x). Returns float64; differentiable.
+    """Standard RoPE (pair turned by +theta) in float64 on x's device (tables and
+    positions follow x). Returns float64; differentiable.
 
     x: (B, T, H, D) for layout "bthd", (B, H, T, D) for "bhtd".
     cos, sin: (n_positions, rotary_dim/2) tables, used in float64.
     positions: None (token t sits at position t), (T,) or (B, T) integers.
-    interleaved: pairs (2i, 2i+1) as in GPT-J; otherwise (i, i + rotary_dim/2) as in NeoX.
-    rotary_dim: rotate the first rotary_dim dims only (default all); the rest pass through.
+    interleaved: pairs (2i, 2i+1) as in GPT-J; otherwise (i, i + rotary_dim/2) as in
+        NeoX.
+    rotary_dim: rotate the first rotary_dim dims only (default all); the rest pass
+        through.
     inverse: turn by -theta (the backward of the rotation).
     """
     x = x.double()
     if layout == "bhtd":
         x = x.transpose(1, 2)
-    B, T, H, D = x.shape
+    B, T, _, D = x.shape
     R = rotary_dim or D
     if positions is None:
         pos = torch.arange(T, device=x.device)
@@ -137,6 +144,7 @@ def qk_norm_rope_reference(
     **rope_options,
 ) -> torch.Tensor:
     """``rope_reference(rms_norm_reference(x, weight))``: QK-norm then RoPE, in float64
-    on x's device, for one of q and k. rope_options: positions, interleaved, rotary_dim."""
+    on x's device, for one of q and k.
+    rope_options: positions, interleaved, rotary_dim."""
     normed = rms_norm_reference(x, weight, eps=eps, weight_offset=weight_offset)
     return rope_reference(normed, cos, sin, layout=layout, **rope_options)

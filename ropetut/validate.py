@@ -1,21 +1,25 @@
-"""The one gate in front of every kernel: argument checks, and torch's rules for in place.
+"""The one gate in front of every kernel: argument checks, and torch's rules for in
+place.
 
-``check_rope_args`` raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong shape,
-value or device, or something the chosen kernel can't do) naming the argument. Every check runs
-before anything is written, so a refused call leaves q and k as they were. It hands back
-(B, T, H, D) views of q and k, whatever the caller's layout, and a ``RopeOptions``.
+``check_rope_args`` raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong
+shape, value or device, or something the chosen kernel can't do) naming the argument.
+Every check runs before anything is written, so a refused call leaves q and k as they
+were. It hands back (B, T, H, D) views of q and k, whatever the caller's layout, and a
+``RopeOptions``.
 
-It never reads a tensor's values, so it never waits for the GPU: a call can be captured in a
-CUDA graph and traced by ``torch.compile``. The one check that needs values, positions inside
-the table, is ``check_positions_in_range``: opt-in (``check_positions=True``), because it syncs.
-Without it the kernel keeps every read inside the table and writes NaN for a token whose
-position is out of range.
+It never reads a tensor's values, so it never waits for the GPU: a call can be captured
+in a CUDA graph and traced by ``torch.compile``. The one check that needs values,
+positions inside the table, is ``check_positions_in_range``: opt-in
+(``check_positions=True``), because it syncs. Without it the kernel keeps every read
+inside the table and writes NaN for a token whose position is out of range.
 
 In place, the rules are torch's own: no element of q or k may share memory with another
-element that is written (``check_no_overlap``), and autograd must be able to record the write
-(``check_autograd_allows_inplace``); both are checked here, before the kernel writes.
+element that is written (``check_no_overlap``), and autograd must be able to record the
+write (``check_autograd_allows_inplace``); both are checked here, before the kernel
+writes.
 
-What each kernel can do is read from the registry below (``ropetut.kernels``): its ``Supports``.
+What each kernel can do is read from the registry below (``ropetut.kernels``): its
+``Supports``.
 """
 
 from functools import lru_cache
@@ -30,9 +34,7 @@ from .kernels import (
     rows_fit_vectors,
     unavailable,
 )
-from .kernels.final import (
-    _last_offset,
-)  # the furthest element indexing a tensor reaches
+from .kernels.final import _last_offset  # furthest element indexing a tensor reaches
 from .runtime import DEVICE, INTERPRETED
 
 LAYOUTS = ("bthd", "bhtd")
@@ -56,11 +58,13 @@ def check_rope_args(
     """Validate everything; returns (q, k, options) with q, k as (B, T, H, D) views.
 
     kernel: a registry entry (``ropetut.kernels.KERNELS[impl]``) or its name, ``impl``.
-    wants_grad: autograd will record this call (in place, its refusals are checked here).
+    wants_grad: autograd will record this call (in place, its refusals are checked
+       here).
 
-    A plain call (dense torch tensors, out of place, no positions, eager) is checked in full
-    once per ``_plain_key``: every check it passes is a function of that key, so a call with
-    the same key passes them all again, and skips to the result (host time, chapter 6)."""
+    A plain call (dense torch tensors, out of place, no positions, eager) is checked in
+    full once per ``_plain_key``: every check it passes is a function of that key, so a
+    call with the same key passes them all again, and skips to the result (host time,
+    chapter 6)."""
     if isinstance(kernel, str):
         kernel = get_kernel(kernel)
     key = _plain_key(
@@ -174,9 +178,8 @@ def check_rope_args(
         check_positions,
     )
     if key is not None:
-        if (
-            len(_PASSED) >= 1024
-        ):  # a bound on memory for callers that never repeat a shape
+        # a bound on memory for callers that never repeat a shape
+        if len(_PASSED) >= 1024:
             _PASSED.clear()
         _PASSED[key] = rotary_dim
     return q4, k4, options
@@ -199,11 +202,11 @@ def _plain_key(
     layout,
     check_positions,
 ):
-    """What every check of a plain call reads: types, shapes, strides, dtypes, devices and the
-    options, whether the tables require grad where autograd would record it, and which kernel
-    (one that reads pointers, ``Supports.vector_bytes``, is not plain). None for any other call:
-    in place (addresses, version counters), positions, a tensor subclass, tracing, an
-    optional kernel (whether it can run is asked each time)."""
+    """What every check of a plain call reads: types, shapes, strides, dtypes, devices
+    and the options, whether the tables require grad where autograd would record it, and
+    which kernel (one that reads pointers, ``Supports.vector_bytes``, is not plain).
+    None for any other call: in place (addresses, version counters), positions, a tensor
+    subclass, tracing, an optional kernel (whether it can run is asked each time)."""
     tensor = torch.Tensor
     if (
         inplace is not False
@@ -243,9 +246,9 @@ def _plain_key(
 
 
 def check_qk(q, k, *, layout, rotary_dim, flags=()):
-    """q and k (any strides), their layout, rotary_dim and the bool ``flags`` ((name, value)
-    pairs), for every RoPE entry point: returns (q4, k4, rotary_dim), q and k as (B, T, H, D)
-    views and rotary_dim resolved (None: D)."""
+    """q and k (any strides), their layout, rotary_dim and the bool ``flags`` ((name,
+    value) pairs), for every RoPE entry point: returns (q4, k4, rotary_dim), q and k as
+    (B, T, H, D) views and rotary_dim resolved (None: D)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout: must be one of {LAYOUTS}, got {layout!r}")
     for name, flag in flags:
@@ -269,7 +272,8 @@ def check_qk(q, k, *, layout, rotary_dim, flags=()):
             )
         if Hk and Hq % Hk:
             raise ValueError(
-                f"k: q's {Hq} heads are not a multiple of k's {Hk} heads (GQA needs Hq % Hkv == 0)"
+                f"k: q's {Hq} heads are not a multiple of k's {Hk} heads "
+                "(GQA needs Hq % Hkv == 0)"
             )
     if rotary_dim is None:
         rotary_dim = D
@@ -301,8 +305,8 @@ def check_positions_arg(positions, B, T):
 
 
 def check_device(q, others):
-    """Every tensor of ``others`` ((name, tensor or None) pairs) on q's device, and that the
-    device this runtime runs on."""
+    """Every tensor of ``others`` ((name, tensor or None) pairs) on q's device, and that
+    the device this runtime runs on."""
     device = q.device
     for name, t in others:
         if t is not None and t.device != device:
@@ -319,9 +323,9 @@ def check_device(q, others):
 
 
 def check_inplace_writes(q, k, q4, k4, read_only, *, wants_grad):
-    """In place, before anything is written: no overlap (q, k, and the ``read_only`` (name,
-    tensor) pairs), no inference tensor outside inference mode, and, when autograd records
-    the call, none of autograd's in-place refusals."""
+    """In place, before anything is written: no overlap (q, k, and the ``read_only``
+    (name, tensor) pairs), no inference tensor outside inference mode, and, when
+    autograd records the call, none of autograd's in-place refusals."""
     check_no_overlap(q4, k4, read_only)
     for name, t in (("q", q), ("k", k)):  # (a traced graph has no inference tensors)
         if (
@@ -344,9 +348,8 @@ def check_supports(
     kernel, q, k, cos, sin, positions, *, interleaved, rotary_dim, inplace
 ):
     """What the kernel can't do, refused by argument: reads its ``Supports`` record."""
-    refuse = (
-        _refusal.__wrapped__ if torch.compiler.is_compiling() else _refusal
-    )  # (traced once)
+    # (traced once)
+    refuse = _refusal.__wrapped__ if torch.compiler.is_compiling() else _refusal
     refusal = refuse(
         kernel,
         interleaved,
@@ -360,9 +363,8 @@ def check_supports(
         error, message = refusal
         raise error(message)
     can, impl = kernel.supports, kernel.name
-    if (
-        can.max_elements is not None
-    ):  # 32-bit offsets: the furthest element reached counts
+    # 32-bit offsets: the furthest element reached counts
+    if can.max_elements is not None:
         for name, t in (("q", q), ("k", k)):
             if t is not None and _last_offset(t) + 1 >= can.max_elements:
                 raise ValueError(
@@ -375,8 +377,8 @@ def check_supports(
 
 @lru_cache(maxsize=1024)
 def _refusal(kernel, interleaved, has_positions, inplace, partial, dtype, table_dtype):
-    """(error type, message) for what the kernel's record says it can't do, or None: a pure
-    function of a few flags, so it is computed once per combination (host time)."""
+    """(error type, message) for what the kernel's record says it can't do, or None: a
+    pure function of a few flags, so it is computed once per combination (host time)."""
     can, impl = kernel.supports, kernel.name
     use = "; use impl='final'"
     if interleaved and "interleaved" not in can.pairs:
@@ -400,8 +402,8 @@ def _refusal(kernel, interleaved, has_positions, inplace, partial, dtype, table_
 
 
 def _check_vector_rows(impl, vector_bytes, q, k, cos, sin):
-    # (torch.compile traces fake tensors, which have no address: the kernel's caller copies a
-    # misaligned tensor at run time instead)
+    # (torch.compile traces fake tensors, which have no address: the kernel's caller
+    # copies a misaligned tensor at run time instead)
     check_pointer = _has_memory(q)
     for name, t in (("cos", cos), ("sin", sin)):
         if check_pointer and t.data_ptr() % vector_bytes:
@@ -429,16 +431,16 @@ def _check_vector_rows(impl, vector_bytes, q, k, cos, sin):
 
 
 def check_no_overlap(q: torch.Tensor, k: torch.Tensor | None, read_only=()) -> None:
-    """In place, as torch's own in-place ops: refuse a q or k with elements that share memory
-    (an ``expand()``, an overlapping ``as_strided``), a q and k that share any element, and a
-    q or k that overlaps what the kernel only reads (``read_only``: (name, tensor) pairs, the
-    tables and positions). Views of one fused projection (q, k side by side in each row)
-    interleave without sharing an element, and pass. Memory is compared by address, so views
-    of one buffer through different storages (``from_dlpack``, ``frombuffer``) are caught too.
-    A layout whose elements can't be proved apart is refused."""
-    if not _has_memory(
-        q
-    ):  # fake tensors (torch.compile tracing): the traced graph is functional
+    """In place, as torch's own in-place ops: refuse a q or k with elements that share
+    memory (an ``expand()``, an overlapping ``as_strided``), a q and k that share any
+    element, and a q or k that overlaps what the kernel only reads (``read_only``:
+    (name, tensor) pairs, the tables and positions). Views of one fused projection (q, k
+    side by side in each row) interleave without sharing an element, and pass. Memory is
+    compared by address, so views of one buffer through different storages
+    (``from_dlpack``, ``frombuffer``) are caught too. A layout whose elements can't be
+    proved apart is refused."""
+    # fake tensors (torch.compile tracing): the traced graph is functional
+    if not _has_memory(q):
         return
     written = [
         (name, t, _address_range(t))
@@ -446,9 +448,8 @@ def check_no_overlap(q: torch.Tensor, k: torch.Tensor | None, read_only=()) -> N
         if t is not None and t.numel()
     ]
     for name, t, _ in written:
-        if (
-            not t.is_contiguous() and _dims(t) is None
-        ):  # (dense memory never overlaps itself)
+        # (dense memory never overlaps itself)
+        if not t.is_contiguous() and _dims(t) is None:
             raise ValueError(
                 f"{name}: in place, but some of its elements share memory (strides "
                 f"{t.stride()} for shape {tuple(t.shape)}, e.g. from expand()); "
@@ -472,7 +473,8 @@ def check_no_overlap(q: torch.Tensor, k: torch.Tensor | None, read_only=()) -> N
 
 
 def _has_memory(t):
-    """False for the fake tensors a compiler traces with (their data pointers mean nothing)."""
+    """False for the fake tensors a compiler traces with (their data pointers mean
+    nothing)."""
     if type(t) is torch.Tensor and not torch.compiler.is_compiling():
         return t.device.type != "meta"
     return not (torch.compiler.is_compiling() or is_fake(t) or t.device.type == "meta")
@@ -502,18 +504,19 @@ def _dims_of(shape, stride):
 
 
 def _dims(t):
-    """t's (size, stride) pairs, smallest stride first, without size-1 dims; None unless each
-    stride is larger than everything the smaller strides reach (which proves no two elements
-    share memory)."""
+    """t's (size, stride) pairs, smallest stride first, without size-1 dims; None unless
+    each stride is larger than everything the smaller strides reach (which proves no two
+    elements share memory)."""
     return _dims_of(tuple(t.shape), t.stride())
 
 
 @lru_cache(maxsize=1024)
 def _shares_an_element(q_dims, k_dims, delta):
-    """Is an element of q at offset delta from an element of k? Exact: the difference of two
-    offsets is sum((i_d - j_d) * stride_d), found a digit at a time from the largest stride.
-    Each stride exceeds what a tensor's smaller strides reach, so few digits ever fit; a search
-    that still grows past a bound answers yes (unknown, so refused)."""
+    """Is an element of q at offset delta from an element of k? Exact: the difference of
+    two offsets is sum((i_d - j_d) * stride_d), found a digit at a time from the largest
+    stride. Each stride exceeds what a tensor's smaller strides reach, so few digits
+    ever fit; a search that still grows past a bound answers yes (unknown, so
+    refused)."""
     q_size, k_size = {st: n for n, st in q_dims}, {st: n for n, st in k_dims}
     strides = sorted(set(q_size) | set(k_size))
     dims = [(st, q_size.get(st, 1), k_size.get(st, 1)) for st in strides]
@@ -526,11 +529,11 @@ def _shares_an_element(q_dims, k_dims, delta):
         if level < 0:
             return rest == 0
         st, nq, nk = dims[level]
-        below_q = sum(
-            (n - 1) * s for s, n, _ in dims[:level]
-        )  # what q's smaller strides reach
+        # what q's smaller strides reach
+        below_q = sum((n - 1) * s for s, n, _ in dims[:level])
         below_k = sum((n - 1) * s for s, _, n in dims[:level])
-        # rest = c * st + (q's smaller digits) - (k's), the second part in [-below_k, below_q]
+        # rest = c * st + (q's smaller digits) - (k's), the second part in
+        # [-below_k, below_q]
         lo = max(-(nk - 1), -((below_q - rest) // st))
         hi = min(nq - 1, (rest + below_k) // st)
         return any(search(level - 1, rest - c * st) for c in range(lo, hi + 1))
@@ -539,8 +542,9 @@ def _shares_an_element(q_dims, k_dims, delta):
 
 
 def check_autograd_allows_inplace(t: torch.Tensor, name: str) -> None:
-    """The errors autograd would raise after an in-place write, raised before it: the kernel
-    writes first and autograd checks after, so a refused call would have rotated t already."""
+    """The errors autograd would raise after an in-place write, raised before it: the
+    kernel writes first and autograd checks after, so a refused call would have rotated
+    t already."""
     if t.is_leaf:
         raise ValueError(
             f"{name}: in place on a leaf tensor that requires grad; autograd "
@@ -552,9 +556,8 @@ def check_autograd_allows_inplace(t: torch.Tensor, name: str) -> None:
             f"{name}: in place on a view of a leaf tensor that requires grad; "
             f"autograd forbids it: pass inplace=False"
         )
-    meta = getattr(
-        torch._C._autograd, "_get_creation_meta", None
-    )  # torch's private record
+    # torch's private record
+    meta = getattr(torch._C._autograd, "_get_creation_meta", None)
     if (
         base is not None
         and meta is not None
@@ -568,8 +571,9 @@ def check_autograd_allows_inplace(t: torch.Tensor, name: str) -> None:
 
 
 def check_positions_in_range(positions: torch.Tensor, n_positions: int) -> None:
-    """ValueError unless every position indexes a row of the table. Reads the values, so it waits
-    for the GPU: ``apply_rope(..., check_positions=True)`` asks for it; nothing else does."""
+    """ValueError unless every position indexes a row of the table. Reads the values, so
+    it waits for the GPU: ``apply_rope(..., check_positions=True)`` asks for it; nothing
+    else does."""
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise ValueError(
             "check_positions: reading positions on the host is impossible while a "
@@ -599,5 +603,6 @@ def _check_tensor(x, name, layout):
 
 
 def _as_bthd(x: torch.Tensor, layout: str) -> torch.Tensor:
-    """A (B, T, H, D) view of the same memory: kernels index through strides, so no copy."""
+    """A (B, T, H, D) view of the same memory: kernels index through strides, so no
+    copy."""
     return x.transpose(1, 2) if layout == "bhtd" else x

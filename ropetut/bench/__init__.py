@@ -3,9 +3,9 @@
 The benchmarks are kept beside the library and are not part of its API: this package is the
 harness, and ``qk_norm`` holds issue 18's fused QK-norm + RoPE rows.
 
-``python -m ropetut bench [--quick]`` prints the tables; chapters call ``run``, ``print_table``,
-``host_rows`` and ``plot``. Every row is timed twice, because a call costs host time and GPU time
-and a slow host hides a fast kernel:
+``python -m ropetut bench [--quick]`` prints the tables; chapters call ``run``, ``host_rows``,
+``show_table`` and ``show_host_table`` (tables for the book's column) and ``plot``. Every row is
+timed twice, because a call costs host time and GPU time and a slow host hides a fast kernel:
 
 - eager: ``triton.testing.do_bench`` medians of plain calls, host and GPU together (do_bench
   clears L2 with a kernel before each call, which gives the host a head start: a call whose host
@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from triton.testing import do_bench
 
 from ..autograd import apply_rope
-from ..book import provenance
+from ..book import provenance, report
 from ..kernels import KERNELS, unavailable
 from ..reference import LlmRotary, rope_rotate_half
 from ..runtime import DEVICE, NO_GPU, on_gpu
@@ -611,6 +611,66 @@ def print_table(rows) -> None:
     print(format_table(rows))
 
 
+HEADERS = {  # short headers for show_table and show_host_table
+    "provider": "impl",
+    "pct_floor": "% floor",
+    "vs_liger": "÷ Liger",
+    "graph_ms": "graph ms",
+    "graph_pct_floor": "graph % floor",
+    "graph_vs_liger": "graph ÷ Liger",
+    "gbps": "GB/s",
+    "peak_mem_mb": "peak MB",
+    "host_us": "host µs/call",
+}
+FORMATS = {
+    "ms": ".3f",
+    "graph_ms": ".3f",
+    "pct_floor": ".0f",
+    "graph_pct_floor": ".0f",
+    "vs_liger": ".2f",
+    "graph_vs_liger": ".2f",
+    "gbps": ".0f",
+    "peak_mem_mb": ".0f",
+    "host_us": ".1f",
+}
+DEFAULT_COLUMNS = (
+    "shape",
+    "mode",
+    "provider",
+    "ms",
+    "pct_floor",
+    "graph_ms",
+    "graph_pct_floor",
+    "vs_liger",
+)
+
+
+def _columns(keys):
+    return [(key, HEADERS.get(key, key)) for key in keys]
+
+
+def show_table(rows, columns=DEFAULT_COLUMNS, *, full=True):
+    """The rows as a table for the book's column: ``columns`` (keys of the rows), and with
+    ``full`` every column folded below it. In a notebook, end the cell with it."""
+    every = dict.fromkeys(key for r in rows for key in r)
+    return report.html_table(
+        rows,
+        _columns(columns),
+        formats=FORMATS,
+        full=_columns(every) if full else None,
+    )
+
+
+def show_host_table(rows):
+    """``host_rows`` as a table for the book's column: ``format_host_table``'s columns."""
+    return report.html_table(
+        rows,
+        _columns(("provider", "mode", "host_us", "vs_liger")),
+        formats=FORMATS,
+        caption=f"host time per call, on {rows[0]['shape']}" if rows else None,
+    )
+
+
 AXIS_LABELS = {
     "pct_floor": "% of the copy floor (higher is better)",
     "gbps": "GB/s",
@@ -624,33 +684,54 @@ def _without_T(label):
     return B, rest
 
 
-def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None):
+MAX_SERIES = 5  # per panel: more colours than this are hard to tell apart
+FIG_WIDTH = 7.84  # inches: 784 px at FIG_DPI, the book's column at natural size
+FIG_DPI = 100
+FONT, SMALL = 9, 8  # points: 12.5 and 11 px at FIG_DPI
+
+
+def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None, providers=None):
     """One row of panels per mode; a second column, graphed, when the rows were timed from CUDA
     graphs too. Shapes that differ only in T (a sweep): a line per provider over x (log axes when
     x spans two decades or more). Otherwise: bars, one group per shape, one bar per provider.
-    Saves a PNG when path is given; ``device`` names the GPU in the title (default: this
-    machine's). In a notebook, assign the figure (or end the line with ';') so it shows once."""
+
+    providers: the series, in this order (default: every provider in the rows); a panel draws
+    at most MAX_SERIES of them, and names without rows are skipped. Drawn 784 px wide, for the
+    book's column, with one legend below the panels. Saves a PNG when path is given; ``device``
+    names the GPU in the title (default: this machine's). In a notebook, assign the figure (or
+    end the line with ';') so it shows once."""
     import matplotlib.pyplot as plt
 
     rows = [
         r for r in rows if r["ms"] and not (y == "pct_floor" and r["provider"] == COPY)
     ]
+    found = list(dict.fromkeys(r["provider"] for r in rows))
+    providers = [p for p in providers if p in found] if providers else found
+    rows = [r for r in rows if r["provider"] in providers]
     modes = list(dict.fromkeys(r["mode"] for r in rows))
+    most = max(len({r["provider"] for r in rows if r["mode"] == m}) for m in modes)
+    if most > MAX_SERIES:
+        raise ValueError(
+            f"plot draws at most {MAX_SERIES} series per panel, not {most}: "
+            f"choose them with providers=[...] (of {', '.join(providers)})"
+        )
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
-    providers = list(dict.fromkeys(r["provider"] for r in rows))
     columns = [("eager", y)] + (
         [("CUDA graph", "graph_" + y)] if any(r.get("graph_" + y) for r in rows) else []
     )
     sweep = len(shapes) >= 3 and len({_without_T(s) for s in shapes}) == 1
+    # one dtype: named once, in the x label, not in every tick
+    dtypes = {s.split()[1] for s in shapes}
+    dtype = f", {dtypes.pop()}" if len(dtypes) == 1 else ""
+    ticks = [s.replace(f" {dtype[2:]}", "") if dtype else s for s in shapes]
     fig, axes = plt.subplots(
         len(modes),
         len(columns),
         squeeze=False,
         layout="constrained",
-        figsize=(
-            (8 if sweep else 12) * (1 if len(columns) == 1 else 0.75) * len(columns),
-            4 * len(modes),
-        ),
+        figsize=(FIG_WIDTH, 2.6 * len(modes) + (0.9 if sweep else 1.4)),
+        dpi=FIG_DPI,
+        sharex=True,
         sharey="row" if y == "pct_floor" else False,
     )
     for row_axes, mode in zip(axes, modes):
@@ -671,6 +752,7 @@ def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None):
                         [r[x] for r in mine],
                         [r[key] for r in mine],
                         marker="o",
+                        markersize=4,
                         linestyle="--" if name in PEERS else "-",
                         **style,
                     )
@@ -691,23 +773,38 @@ def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None):
                 if y == "ms":
                     ax.set_yscale("log")
             if not sweep:
-                ax.set_xticks(
-                    range(len(shapes)), shapes, rotation=20, ha="right", fontsize=8
-                )
+                ax.set_xticks(range(len(shapes)), ticks, rotation=30, ha="right")
             if y == "pct_floor":
-                ax.axhline(100, color="black", linestyle="--", linewidth=1)
-            ax.set(
-                title=mode if len(columns) == 1 else f"{mode}, {how}",
-                xlabel=AXIS_LABELS[x] if sweep else "shape (B x T x Hq/Hkv x D)",
-                ylabel=AXIS_LABELS[y],
-            )
+                ax.axhline(
+                    100, color="black", linestyle="--", linewidth=1, label="copy floor"
+                )
+            ax.set_title(mode if len(columns) == 1 else f"{mode}, {how}", fontsize=FONT)
+            if ax is row_axes[0]:
+                ax.set_ylabel(AXIS_LABELS[y], fontsize=FONT)
+            if mode == modes[-1]:
+                xlabel = (
+                    AXIS_LABELS[x] if sweep else f"shape (B x T x Hq/Hkv x D{dtype})"
+                )
+                ax.set_xlabel(xlabel, fontsize=FONT)
+            ax.tick_params(which="both", labelsize=SMALL)
             ax.grid(axis="y", alpha=0.3)
-    axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
+    handles = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.legend(
+        handles.values(),
+        handles.keys(),
+        loc="outside lower center",
+        ncols=min(len(handles), 3),
+        fontsize=SMALL,
+        frameon=False,
+    )
     device = device or (torch.cuda.get_device_name() if on_gpu() else "no GPU")
-    fig.suptitle(f"RoPE on {device}: {AXIS_LABELS[y]}")
+    fig.suptitle(f"RoPE on {device}: {AXIS_LABELS[y]}", fontsize=FONT + 1)
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=FIG_DPI)
     return fig
 
 

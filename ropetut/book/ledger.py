@@ -10,21 +10,30 @@ Two halves, kept apart on purpose:
 ``record`` writes ``results/ledger/<chapter>.json`` only on a GPU, the run whose outputs the book
 stores. Under the interpreter (CI, a laptop) it writes nothing, so a CPU run never rewrites
 committed results. An explicit ``out_dir`` (or ``$ROPETUT_LEDGER_DIR``) writes there on any device.
-The ledger page (``chapters/seed_ledger.ipynb``) reads both halves with ``rows`` and
-``markdown_table``.
+``record`` also shows the verdict (a one-row table), or keeps it silently (``show=False``) for
+``verdicts``, which shows several in one table. The ledger page (``chapters/seed_ledger.ipynb``)
+reads both halves with ``rows`` and shows them with ``page``.
 """
 
 import json
 import os
+import re
+from html import escape
 from pathlib import Path
 
 from ..runtime import on_gpu
+from . import report
 
 CLAIMS_FILE = Path(__file__).with_name("seed_claims.json")
 LEDGER_DIR = Path(__file__).resolve().parents[2] / "results" / "ledger"
 LEDGER_DIR_ENV = "ROPETUT_LEDGER_DIR"
-AGREE, DISAGREE = "✅ agree", "❌ disagree"
+AGREE, DISAGREE = "agree", "disagree"
 NOT_MEASURED = "not measured yet"
+NOT_TESTABLE = "not testable yet"
+WHERE = re.compile(
+    r"[a-z][a-z0-9-]*"
+)  # an HTML id, as docutils writes a label's or heading's
+_recorded = {}  # claim id -> {"ours", "agree", "cause", "where"}: this session's, for verdicts()
 
 
 def load_claims(path=CLAIMS_FILE) -> dict:
@@ -53,6 +62,7 @@ def record(
     ours: str,
     agree: bool,
     cause: str,
+    where: str | None = None,
     out_dir=None,
     show: bool = True,
 ) -> None:
@@ -60,8 +70,10 @@ def record(
 
     ours: our measurement, formatted from the cell's values; agree: the cell's computed
     comparison (a bool, or anything bool() takes, such as a one-element tensor); cause: why,
-    in one line. show=False when the cell prints the verdict in its own words. Returns None, so
-    a call that ends a cell adds no output to it.
+    in one line; where: the HTML id of the place in the chapter that measured it, a MyST label
+    such as ``(v2-vs-v4)=`` or a heading's id (the ledger page links there). show: display the
+    verdict as a one-row table; show=False keeps it for ``verdicts`` (or for the cell's own
+    words). Returns None, so a call that ends a cell adds no output to it.
     """
     known = claims()
     if claim_id not in known:
@@ -75,19 +87,52 @@ def record(
         )
     if agree is None:
         raise TypeError(f"claim {claim_id!r}: agree must be True or False, not None")
-    agree = bool(agree)
-    mark = AGREE if agree else DISAGREE
-    if show:
-        print(
-            f"{mark}  seed {claim['seed']}, {claim['section']}: {claim['claim']} | ours: {ours}"
+    if where is not None and not WHERE.fullmatch(where):
+        raise ValueError(
+            f"claim {claim_id!r}: where={where!r} is not an HTML id "
+            "(a lowercase letter, then lowercase letters, digits and hyphens)"
         )
+    entry = {
+        "ours": str(ours),
+        "agree": bool(agree),
+        "cause": str(cause),
+        "where": where,
+    }
+    _recorded[claim_id] = entry
+    if show:
+        report.show(verdicts([claim_id]))
     directory = output_dir(out_dir)
     if directory is not None:
         _write(
             directory / f"{claim['chapter']}.json",
             claim_id,
-            {"ours": str(ours), "agree": agree, "cause": str(cause), **_provenance()},
+            {**entry, **_provenance()},
         )
+
+
+def _verdict(agree: bool):
+    word = AGREE if agree else DISAGREE
+    return report.Markup(word, f'<span class="verdict-{word}">{word}</span>')
+
+
+def verdicts(claim_ids):
+    """One table of the verdicts this session recorded on claim_ids (claim, what the seed says,
+    ours, verdict): a cell records them with show=False, then ends with this. A claim that was
+    not recorded (its measurement was skipped) shows as not measured."""
+    known = claims()
+    table = []
+    for claim_id in claim_ids:
+        claim, found = known[claim_id], _recorded.get(claim_id)
+        table.append(
+            {
+                "claim": f"seed {claim['seed']}, {claim['section']}",
+                "says": claim["claim"],
+                "ours": found["ours"] if found else None,
+                "verdict": _verdict(found["agree"]) if found else NOT_MEASURED,
+            }
+        )
+    columns = ["claim", ("says", "seed says"), "ours", "verdict"]
+    return report.html_table(table, columns)
 
 
 def _provenance() -> dict:
@@ -129,7 +174,9 @@ def rows(claims_data=None, verdicts=None) -> list:
         found = verdicts.get(claim["id"])
         if claim.get("chapter") is None:
             issue = claim["issue"]
-            verdict = f"not testable yet — issue {issue} ({claims_data['issues'][str(issue)]})"
+            verdict = (
+                f"{NOT_TESTABLE} — issue {issue} ({claims_data['issues'][str(issue)]})"
+            )
         elif found is None:
             verdict = NOT_MEASURED
         else:
@@ -146,29 +193,56 @@ def rows(claims_data=None, verdicts=None) -> list:
                 "verdict": verdict,
                 "cause": found["cause"] if found else "",
                 "device": found.get("device", "") if found else "",
+                "where": found.get("where") if found else None,
             }
         )
     return table
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+STATES = (AGREE, DISAGREE, NOT_TESTABLE, NOT_MEASURED)
 
 
-def markdown_table(table: list, chapter_link=lambda stem: f"{stem}.ipynb") -> str:
-    """The ledger as one Markdown table; chapter_link turns a chapter stem into a link target."""
-    lines = [
-        "| claim | our measurement | verdict | cause | shown in |",
-        "|---|---|---|---|---|",
+def page(table=None):
+    """The ledger page: a summary (claims per seed, and how many of them agree, disagree, are
+    not testable yet or not measured yet), then one table per seed, each claim linked to the
+    place in its chapter that measured it. table: ``rows()`` (the default)."""
+    table = rows() if table is None else table
+    seeds = sorted({r["seed"] for r in table})
+    counts = [_counts(seed, [r for r in table if r["seed"] == seed]) for seed in seeds]
+    counts.append(_counts("all", table))
+    summary = report.html_table(
+        counts, ["seed", "claims", *STATES], caption="Claims per seed"
+    )
+    per_seed = [
+        report.html_table(
+            [_page_row(r) for r in table if r["seed"] == seed],
+            ["claim", ("ours", "our measurement"), "verdict", ("shown", "shown in")],
+            caption=f"Seed {seed}",
+        )
+        for seed in seeds
     ]
-    for r in table:
-        claim = f"“{_cell(r['claim'])}” (seed {r['seed']}, {_cell(r['section'])})"
-        where = (
-            f"[chapter {r['chapter'][:2]}]({chapter_link(r['chapter'])})"
-            if r["chapter"]
-            else f"issue {r['issue']}"
+    return report.stack(summary, *per_seed)
+
+
+def _counts(seed, table) -> dict:
+    states = [r["verdict"] if r["chapter"] else NOT_TESTABLE for r in table]
+    return {"seed": seed, "claims": len(table), **{s: states.count(s) for s in STATES}}
+
+
+def _page_row(row) -> dict:
+    verdict = row["verdict"]
+    if verdict in (AGREE, DISAGREE):
+        verdict = _verdict(verdict == AGREE)
+    shown = None
+    if row["chapter"]:
+        href = f"../chapters/{row['chapter']}.html" + (
+            f"#{row['where']}" if row["where"] else ""
         )
-        lines.append(
-            f"| {claim} | {_cell(r['ours'])} | {r['verdict']} | {_cell(r['cause'])} | {where} |"
-        )
-    return "\n".join(lines)
+        text = f"chapter {row['chapter'][:2]}"
+        shown = report.Markup(text, f'<a href="{escape(href)}">{text}</a>')
+    return {
+        "claim": f"{row['claim']} ({row['section']})",
+        "ours": row["ours"] or None,
+        "verdict": verdict,
+        "shown": shown,
+    }

@@ -1,31 +1,34 @@
-"""What every chapter's first cells need: where it ran, and kernel source shown from the library."""
+"""What every chapter's first cells need: where it ran, and kernel source shown from
+the library."""
 
 import inspect
 from pathlib import Path
 
 from ..runtime import NO_GPU  # noqa: F401  (chapters print it where a timing would be)
-from .provenance import REPO, environment  # noqa: F401  (chapter 09 reads REPO from here)
+from .provenance import REPO, environment  # noqa: F401  (chapter 09 reads REPO)
 
 
 def print_environment() -> None:
-    """The first code cell of every chapter: every stored output says where it came from."""
+    """The first code cell of every chapter: every stored output says where it came
+    from."""
     for key, value in environment().items():
         print(f"{key:15} {value}")
 
 
 def show_source(obj):
-    """Display a function's or module's source, highlighted: the library is the only copy."""
+    """Display a function's or module's source, highlighted: the library is the only
+    copy."""
     from IPython.display import Markdown
 
-    target = getattr(
-        obj, "fn", obj
-    )  # a @triton.jit kernel wraps the Python function in .fn
+    # a @triton.jit kernel wraps the Python function in .fn
+    target = getattr(obj, "fn", obj)
     return Markdown(f"```python\n{inspect.getsource(target).rstrip()}\n```")
 
 
 def _definitions(path, names):
-    """The source of the top-level functions ``names`` in the file at path, decorators included,
-    read without importing it (the file may need a package this machine lacks)."""
+    """The source of the top-level functions ``names`` in the file at path, decorators
+    included, read without importing it (the file may need a package this machine
+    lacks)."""
     import ast
 
     text = Path(path).read_text()
@@ -42,15 +45,16 @@ def _definitions(path, names):
 
 
 def show_definitions(path, *names):
-    """Display functions from a source file, highlighted, without importing it: the CuTeDSL
-    kernel's file imports a package that a CPU machine usually lacks."""
+    """Display functions from a source file, highlighted, without importing it: the
+    CuTeDSL kernel's file imports a package that a CPU machine usually lacks."""
     from IPython.display import Markdown
 
     return Markdown("```python\n" + "\n\n\n".join(_definitions(path, names)) + "\n```")
 
 
 def code_lines(path, *names) -> int:
-    """Lines of code in those functions: blank lines, comments and docstrings not counted."""
+    """Lines of code in those functions: blank lines, comments and docstrings not
+    counted."""
     import ast
     import io
     import tokenize

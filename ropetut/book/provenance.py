@@ -1,7 +1,8 @@
-"""Where a result came from: the ropetut commit and the machine, torch and triton it ran on.
+"""Where a result came from: the ropetut commit and the machine, torch and
+triton it ran on.
 
-Every stored output names its provenance: chapters print it first, ``train`` and ``bench`` write
-it into their JSON, and the seed ledger records it with each verdict.
+Every stored output names its provenance: chapters print it first, ``train`` and
+``bench`` write it into their JSON, and the seed ledger records it with each verdict.
 """
 
 import os
@@ -18,8 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def commit() -> str:
-    """The ropetut commit: $ROPETUT_COMMIT if set (copies without .git), else git's, '+dirty' if
-    ropetut/ has uncommitted changes."""
+    """The ropetut commit: $ROPETUT_COMMIT if set (copies without .git), else git's,
+    '+dirty' if ropetut/ has uncommitted changes."""
     if os.environ.get("ROPETUT_COMMIT"):
         return os.environ["ROPETUT_COMMIT"]
     try:

@@ -1,4 +1,5 @@
-"""Tile sizes for the kernels that rotate a tile of tokens x heads x pairs (V2, V4, final)."""
+"""Tile sizes for the kernels that rotate a tile of tokens x heads x pairs
+(V2, V4, final)."""
 
 import triton
 

@@ -1,11 +1,13 @@
 """V1: the seed's first attempt, a direct port. One program per (b, t, h) row.
 
-What it does: each program loads one row of D values, treats them as *interleaved* pairs
-(x[2i], x[2i+1]) as GPT-J and RoFormer's paper do, and turns pair i by the angle in the table.
-Why it disagreed with the seed's baseline (relative error ~1.9): the baseline pairs the two
-*halves* (x[i], x[i+D/2]) and uses the half-truncated spectrum; V1 was fed the standard one.
-What is slow: B*T*H tiny programs, each re-loading the cos/sin row its neighbours just loaded,
-and stride-2 loads that use half of every memory transaction.
+What it does: each program loads one row of D values, treats them as *interleaved*
+pairs (x[2i], x[2i+1]) as GPT-J and RoFormer's paper do, and turns pair i by the
+angle in the table.
+Why it disagreed with the seed's baseline (relative error ~1.9): the baseline pairs
+the two *halves* (x[i], x[i+D/2]) and uses the half-truncated spectrum; V1 was fed
+the standard one.
+What is slow: B*T*H tiny programs, each re-loading the cos/sin row its neighbours just
+loaded, and stride-2 loads that use half of every memory transaction.
 """
 
 import torch
@@ -22,14 +24,16 @@ def rope_v1_kernel(
     T,
     H,
     HALF,  # HALF = D/2 pairs per row
+    # x strides, (B, T, H, D)
     sxb,
     sxt,
     sxh,
-    sxd,  # x strides, (B, T, H, D)
+    sxd,
+    # out strides
     sob,
     sot,
     soh,
-    sod,  # out strides
+    sod,
     s_cos,  # row stride of cos/sin: (n_positions, HALF)
     BLOCK_HALF: tl.constexpr,
 ):
@@ -54,7 +58,8 @@ def rope_v1_kernel(
 def rope_v1(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor
 ) -> torch.Tensor:
-    """x, out: (B, T, H, D), any strides. cos, sin: (n_positions >= T, D/2), contiguous."""
+    """x, out: (B, T, H, D), any strides.
+    cos, sin: (n_positions >= T, D/2), contiguous."""
     B, T, H, D = x.shape
     grid = (B * T * H,)
     rope_v1_kernel[grid](

@@ -1,10 +1,10 @@
 """V3: the seed's finer 3-D grid, (B*H, T, ceil(D/2 / 32)), 32 pairs per program.
 
 What changed from V2, and why it was tried: more, smaller programs should mean more
-parallelism. It is correct, and slower: each program moves only 32 pairs (128 bytes per half
-in fp16), so launch and scheduling overhead, index arithmetic and the cos/sin loads (now
-repeated for every head) are paid per few bytes. This is over-decomposition: the GPU already
-had more than enough programs in V2 to fill every SM.
+parallelism. It is correct, and slower: each program moves only 32 pairs (128 bytes per
+half in fp16), so launch and scheduling overhead, index arithmetic and the cos/sin loads
+(now repeated for every head) are paid per few bytes. This is over-decomposition: the
+GPU already had more than enough programs in V2 to fill every SM.
 """
 
 import torch
@@ -22,14 +22,16 @@ def rope_v3_kernel(
     sin_ptr,
     H,
     HALF,
+    # x strides, (B, T, H, D)
     sxb,
     sxt,
     sxh,
-    sxd,  # x strides, (B, T, H, D)
+    sxd,
+    # out strides
     sob,
     sot,
     soh,
-    sod,  # out strides
+    sod,
     s_cos,  # row stride of cos/sin: (n_positions, HALF)
     BLOCK: tl.constexpr,
 ):
@@ -54,7 +56,8 @@ def rope_v3_kernel(
 def rope_v3(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor
 ) -> torch.Tensor:
-    """x, out: (B, T, H, D), any strides. cos, sin: (n_positions >= T, D/2), contiguous."""
+    """x, out: (B, T, H, D), any strides.
+    cos, sin: (n_positions >= T, D/2), contiguous."""
     B, T, H, D = x.shape
     grid = (B * H, T, triton.cdiv(D // 2, PAIRS_PER_PROGRAM))
     rope_v3_kernel[grid](

@@ -1,17 +1,18 @@
-"""V4: V2 with explicit fp32 arithmetic, Q and K fused in one launch (with GQA), and a backward.
+"""V4: V2 with explicit fp32 arithmetic, Q and K fused in one launch (with GQA),
+and a backward.
 
 What changed from V2, and why:
-- Every load is widened to fp32 before the math and narrowed once at the store, whatever the
-  dtypes of x and of the table. (V2 with fp32 tables already computed in fp32, through Triton's
-  type promotion; with fp16 tables it did not. V4 no longer depends on the caller's table.)
-- One launch rotates q and k. A program loads its tokens' cos/sin once and uses them for all
-  Hq query heads and all Hkv key heads. GQA (Hq a multiple of Hkv) costs nothing extra:
-  k simply has fewer heads to loop over.
-- BACKWARD turns by -theta. A rotation is orthogonal, so its backward (the transpose) is the
-  rotation by the opposite angle: dL/dx = R(-theta) dL/dy. Same kernel, sin negated.
+- Every load is widened to fp32 before the math and narrowed once at the store, whatever
+  the dtypes of x and of the table. (V2 with fp32 tables already computed in fp32,
+  through Triton's type promotion; with fp16 tables it did not. V4 no longer depends on
+  the caller's table.)
+- One launch rotates q and k. A program loads its tokens' cos/sin once and uses them
+  for all Hq query heads and all Hkv key heads. GQA (Hq a multiple of Hkv) costs nothing
+  extra: k simply has fewer heads to loop over.
+- BACKWARD turns by -theta. A rotation is orthogonal, so its backward (the transpose) is
+  the rotation by the opposite angle: dL/dx = R(-theta) dL/dy. Same kernel, sin negated.
 """
 
-import torch
 import triton
 import triton.language as tl
 
@@ -66,6 +67,7 @@ def rope_v4_kernel(
     HQ,
     HK,
     HALF,
+    # q, k strides, (B, T, H, D)
     sqb,
     sqt,
     sqh,
@@ -73,7 +75,8 @@ def rope_v4_kernel(
     skb,
     skt,
     skh,
-    skd,  # q, k strides, (B, T, H, D)
+    skd,
+    # q_out, k_out strides
     sqob,
     sqot,
     sqoh,
@@ -81,7 +84,7 @@ def rope_v4_kernel(
     skob,
     skot,
     skoh,
-    skod,  # q_out, k_out strides
+    skod,
     s_cos,  # row stride of cos/sin: (n_positions, HALF)
     BACKWARD: tl.constexpr,
     BLOCK_T: tl.constexpr,
@@ -145,9 +148,8 @@ def rope_v4(q, k, cos, sin, q_out, k_out, *, backward: bool = False):
     cos, sin: (n_positions >= T, D/2), contiguous. Returns (q_out, k_out)."""
     B, T, HQ, D = q.shape
     HK = 0 if k is None else k.shape[2]
-    kk, kk_out = (
-        (q, q_out) if k is None else (k, k_out)
-    )  # HK = 0: the k loop never runs
+    # HK = 0: the k loop never runs
+    kk, kk_out = (q, q_out) if k is None else (k, k_out)
     BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, max(HQ, HK), D // 2)
     grid = (triton.cdiv(T, BLOCK_T), B)
     rope_v4_kernel[grid](

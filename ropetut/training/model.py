@@ -1,25 +1,29 @@
 """A tiny GPT in the shape of the seed's ``MinimalLLM``, with a pluggable RoPE.
 
-The shape (seed 002's ``llm.py``): token embedding scaled by sqrt(d_model), pre-norm blocks with
-RMSNorm, causal attention, a SiLU feed-forward, a final RMSNorm and an output layer tied to the
-embedding; weights drawn from N(0, 0.02), no biases. Its defaults are d_model 384, 8 heads,
-6 layers, FFN 1536, sequences of 512, and a vocabulary of 256 byte tokens.
+The shape (seed 002's ``llm.py``): token embedding scaled by sqrt(d_model), pre-norm
+blocks with RMSNorm, causal attention, a SiLU feed-forward, a final RMSNorm and
+an output layer tied to the embedding; weights drawn from N(0, 0.02), no biases.
+Its defaults are d_model 384, 8 heads, 6 layers, FFN 1536, sequences of 512, and a
+vocabulary of 256 byte tokens.
 
 The rotary embedding is whatever ``GPTConfig.rope`` names:
 
 - ``"none"``: no positional encoding at all (NoPE);
-- ``"torch"``: the seed's baseline, ``ropetut.LlmRotary`` (its own half-truncated spectrum,
-  turned by -theta, computed in ``rope_dtype``);
-- ``"v1"``..``"v4"``, ``"final"``: a Triton kernel through ``apply_rope``, with tables from any
-  frequency preset and base, stored in ``rope_dtype``, turned by -theta if ``negative_angle``.
+- ``"torch"``: the seed's baseline, ``ropetut.LlmRotary`` (its own half-truncated
+  spectrum, turned by -theta, computed in ``rope_dtype``);
+- ``"v1"``..``"v4"``, ``"final"``: a Triton kernel through ``apply_rope``, with tables
+  from any frequency preset and base, stored in ``rope_dtype``, turned by -theta if
+  ``negative_angle``.
 
-and two switches reproduce two of the seed's three confounds (the third, the data split, is
-``TrainConfig.overlapping_split``). Both are off by default:
+and two switches reproduce two of the seed's three confounds (the third, the data split,
+is ``TrainConfig.overlapping_split``). Both are off by default:
 
-- ``rotate_by_head_index``: call the rope on (B, H, T, D) tensors as the seed's model did; the
-  rope then turns every token by its *head's* index, which carries no position (chapter 7).
-- ``detach_rope``: no gradient through the rotation, as the seed's Triton path, whose output was
-  a fresh tensor with no grad: W_q and W_k then learn nothing through the attention scores.
+- ``rotate_by_head_index``: call the rope on (B, H, T, D) tensors as the seed's
+  model did; the rope then turns every token by its *head's* index, which carries no
+  position (chapter 7).
+- ``detach_rope``: no gradient through the rotation, as the seed's Triton path, whose
+  output was a fresh tensor with no grad: W_q and W_k then learn nothing through the
+  attention scores.
 
 ``qk_norm`` (issue 18) puts Qwen3's RMSNorm over each head of q and k before the rope,
 with weights w_q and w_k of size head_dim in each attention block:
@@ -63,16 +67,13 @@ class GPTConfig:
     max_seq_len: int = 512
     dropout: float = 0.0
     rope: str = "final"
-    preset: str | None = (
-        None  # None: "half_truncated" for "torch" (its only one), else "standard"
-    )
+    # None: "half_truncated" for "torch" (its only one), else "standard"
+    preset: str | None = None
     base: float = 10000.0
-    rope_dtype: str = (
-        "float32"  # "torch": the rotation's arithmetic; kernels: the tables'
-    )
-    negative_angle: bool | None = (
-        None  # None: True for "torch" (the seed turns by -theta), else False
-    )
+    # "torch": the rotation's arithmetic; kernels: the tables'
+    rope_dtype: str = "float32"
+    # None: True for "torch" (the seed turns by -theta), else False
+    negative_angle: bool | None = None
     rotate_by_head_index: bool = False  # confound 2
     detach_rope: bool = False  # confound 1
     qk_norm: str = "none"  # "fused"/"unfused": norm q's, k's heads first
@@ -82,7 +83,8 @@ class GPTConfig:
             raise ValueError(f"rope: must be one of {ROPES}, got {self.rope!r}")
         if self.rope_dtype not in ROPE_DTYPES:
             raise ValueError(
-                f"rope_dtype: must be one of {tuple(ROPE_DTYPES)}, got {self.rope_dtype!r}"
+                f"rope_dtype: must be one of {tuple(ROPE_DTYPES)}, "
+                f"got {self.rope_dtype!r}"
             )
         if self.d_model % self.n_heads:
             raise ValueError(
@@ -137,14 +139,16 @@ class GPTConfig:
 
 
 class NoRope(nn.Module):
-    """NoPE: q and k pass through; attention sees position only through the causal mask."""
+    """NoPE: q and k pass through; attention sees position only through the
+    causal mask."""
 
     def forward(self, q, k, positions=None):
         return q, k
 
 
 class SeedRope(nn.Module):
-    """The seed's baseline module, ``LlmRotary``, behind the (q, k) interface of RoPEAttention."""
+    """The seed's baseline module, ``LlmRotary``, behind the (q, k) interface of
+    RoPEAttention."""
 
     def __init__(
         self, head_dim: int, max_seq_len: int, base: float, compute_dtype: torch.dtype
@@ -173,15 +177,13 @@ class RopeCall(nn.Module):
         detach: bool = False,
     ):
         super().__init__()
-        self.rope, self.rotate_by_head_index, self.detach = (
-            rope,
-            rotate_by_head_index,
-            detach,
-        )
+        self.rope = rope
+        self.rotate_by_head_index, self.detach = rotate_by_head_index, detach
 
     def forward(self, q, k, positions=None):  # q, k: (B, T, H, D)
         if self.rotate_by_head_index:
-            # the seed's call: (B, H, T, D) tensors into a module that reads dim 1 as the position
+            # the seed's call: (B, H, T, D) tensors into a module that reads
+            # dim 1 as the position
             q, k = self.rope(q.transpose(1, 2), k.transpose(1, 2))
             q, k = q.transpose(1, 2), k.transpose(1, 2)
         else:
@@ -209,7 +211,8 @@ def make_rope(config: GPTConfig) -> nn.Module:
             table_dtype=dtype,
         )
     else:
-        # the kernel's own pairing (v1 has only interleaved pairs): for training either will do
+        # the kernel's own pairing (v1 has only interleaved pairs): for training
+        # either will do
         rope = RotaryEmbedding(
             config.head_dim,
             config.max_seq_len,
@@ -255,7 +258,8 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """The seed's MinimalLLM shape. ``forward(tokens (B, T) int64) -> logits (B, T, vocab)``."""
+    """The seed's MinimalLLM shape.
+    ``forward(tokens (B, T) int64) -> logits (B, T, vocab)``."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -273,7 +277,8 @@ class TinyGPT(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if tokens.shape[1] > self.config.max_seq_len:
             raise ValueError(
-                f"tokens: {tokens.shape[1]} positions, the model has {self.config.max_seq_len}"
+                f"tokens: {tokens.shape[1]} positions, "
+                f"the model has {self.config.max_seq_len}"
             )
         x = self.dropout(self.embed(tokens) * math.sqrt(self.config.d_model))
         for block in self.blocks:

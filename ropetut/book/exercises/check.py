@@ -1,8 +1,10 @@
-"""The one check every exercise uses: your kernel against the float64 reference, PASS or FAIL and why.
+"""The one check every exercise uses: your code against the float64 reference, PASS or FAIL and why.
 
-``check(name, kernel)`` runs the exercise's launcher with ``kernel`` on small float32 shapes (the
-last one odd: D = 96, so D/2 is not a power of two) on ``ropetut.DEVICE``: the CPU through
-Triton's interpreter, or the GPU. Every tensor the kernel sees is a view into a larger buffer:
+``check(name, fn)`` runs exercise ``name`` with ``fn`` on small float32 shapes (the last one odd:
+D = 96, so D/2 is not a power of two) on ``ropetut.DEVICE``. ``fn`` is a kernel (``@triton.jit``),
+which the exercise launches (on the CPU through Triton's interpreter, or on the GPU), or, in the
+chapters before the kernels and where a chapter's lesson is PyTorch, a plain PyTorch function,
+which it calls. Every tensor ``fn`` sees is a view into a larger buffer:
 
 - each row of D values is followed by D more, and the tensor by four times its size (the
   *guard*), so that a wrong mask, head count or stride lands there, not in unknown memory;
@@ -32,13 +34,18 @@ AXES = ("t", "h", "d")  # exercise tensors are (T, H, D): one sequence
 @dataclass
 class Exercise:
     name: str
-    run: Callable  # run(kernel, lab, **case): launch, then lab.compare(...)
+    run: Callable  # run(fn, lab, **case): launch or call fn, then lab.compare(...)
     cases: tuple  # shape kwargs; small, the last one odd
-    starter: object = None  # the kernel as the chapter prints it (fails)
+    starter: object = None  # the kernel or function as the chapter prints it (fails)
     solution: object = None  # in ropetut.book.exercises.solutions (passes)
 
 
 EXERCISES: dict[str, Exercise] = {}
+
+
+def fn_name(fn) -> str:
+    """The name of a kernel (``@triton.jit`` wraps the function as ``.fn``) or a function."""
+    return getattr(fn, "fn", fn).__name__
 
 
 def exercise(name: str, cases):
@@ -69,6 +76,8 @@ class Lab:
     buffers: list = field(default_factory=list)
     views: dict = field(default_factory=dict)  # name -> the tensor the kernel was given
     problems: list = field(default_factory=list)
+    # what the messages call the code checked: "the kernel" or "the function"
+    who: str = "the kernel"
 
     def __post_init__(self):
         self.g = torch.Generator().manual_seed(self.seed)
@@ -148,7 +157,7 @@ class Lab:
             if b.is_input and not b.may_change and (changed & b.inside).any():
                 self.problems.insert(
                     0,
-                    f"{b.name}: the kernel wrote into this input; it should "
+                    f"{b.name}: {self.who} wrote into this input; it should "
                     "only read it",
                 )
 
@@ -193,21 +202,24 @@ def _error_line(e: Exception) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def check(name: str, kernel, *, seed: int = 0, quiet: bool = False) -> bool:
-    """Run exercise ``name`` with ``kernel`` (a ``@triton.jit`` function); print PASS or FAIL
-    with a hint, and return whether it passed. ``seed`` draws the random inputs."""
+def check(name: str, fn, *, seed: int = 0, quiet: bool = False) -> bool:
+    """Run exercise ``name`` with ``fn`` (a ``@triton.jit`` kernel, or for some exercises a
+    PyTorch function); print PASS or FAIL with a hint, and return whether it passed. ``seed``
+    draws the random inputs."""
     if name not in EXERCISES:
         raise KeyError(f"no exercise {name!r}; there are {sorted(EXERCISES)}")
     ex = EXERCISES[name]
     for n, case in enumerate(ex.cases):
-        lab = Lab(seed=seed + n)
+        lab = Lab(
+            seed=seed + n, who="the kernel" if hasattr(fn, "fn") else "the function"
+        )
         try:
-            ex.run(kernel, lab, **case)
+            ex.run(fn, lab, **case)
             lab.check_buffers()
         except (
             Exception
         ) as e:  # a compile error, a bad launch, ... : the reader's to fix
-            lab.problems = [f"the kernel raised {_error_line(e)}"]
+            lab.problems = [f"{lab.who} raised {_error_line(e)}"]
         if lab.problems:
             if not quiet:
                 print(f"{name}: FAIL on {_label(case)}")
