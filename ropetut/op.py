@@ -31,32 +31,15 @@ from .kernels import get_kernel, rotate
 from .validate import RopeOptions, check_rope_args
 
 
-def _validated(
-    q,
-    k,
-    cos,
-    sin,
-    positions,
-    interleaved,
-    rotary_dim,
-    inplace,
-    impl,
-    check_positions,
-    backward=False,
-):
+def _validated(q, k, turn, inplace, impl, check_positions, backward=False):
     """The operator's arguments, checked as ``apply_rope`` checks them:
-    (q, k, options)."""
+    (q, k, options). turn: (cos, sin, positions, interleaved, rotary_dim), the
+    operators' arguments after q and k."""
+    cos, sin, positions, interleaved, rotary_dim = turn
+    pairs = {"interleaved": interleaved, "rotary_dim": rotary_dim}
+    flags = {"inplace": inplace, "check_positions": check_positions}
     q, k, options = check_rope_args(
-        q,
-        k,
-        cos,
-        sin,
-        positions,
-        kernel=get_kernel(impl),
-        rotary_dim=rotary_dim,
-        interleaved=interleaved,
-        inplace=inplace,
-        check_positions=check_positions,
+        q, k, cos, sin, positions, kernel=get_kernel(impl), **pairs, **flags
     )
     return q, k, options._replace(backward=backward)
 
@@ -76,21 +59,9 @@ def rope(
     impl: str,
     check_positions: bool,
 ) -> tuple[Tensor, Tensor]:
-    q_out, k_out = rotate(
-        *_validated(
-            q,
-            k,
-            cos,
-            sin,
-            positions,
-            interleaved,
-            rotary_dim,
-            False,
-            impl,
-            check_positions,
-            backward,
-        )
-    )
+    turn = (cos, sin, positions, interleaved, rotary_dim)
+    q4, k4, options = _validated(q, k, turn, False, impl, check_positions, backward)
+    q_out, k_out = rotate(q4, k4, options)
     return q_out, q.new_empty(0) if k_out is None else k_out
 
 
@@ -98,7 +69,7 @@ def rope(
 def _(
     q, k, cos, sin, positions, interleaved, rotary_dim, backward, impl, check_positions
 ):
-    _validated(q, k, cos, sin, positions, interleaved, rotary_dim, False, impl, False)
+    _validated(q, k, (cos, sin, positions, interleaved, rotary_dim), False, impl, False)
     return torch.empty_like(q), q.new_empty(0) if k is None else torch.empty_like(k)
 
 
@@ -119,30 +90,10 @@ def _backward(ctx, dq, dk):
     differentiable."""
     cos, sin, positions = ctx.saved_tensors
     has_k, interleaved, rotary_dim, backward, impl = ctx.options
-    dq_in, dk_in = rope(
-        dq,
-        dk if has_k else None,
-        cos,
-        sin,
-        positions,
-        interleaved,
-        rotary_dim,
-        not backward,
-        impl,
-        False,
-    )
-    return (
-        dq_in,
-        dk_in if has_k else None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-    )
+    turn = (cos, sin, positions, interleaved, rotary_dim)
+    dq_in, dk_in = rope(dq, dk if has_k else None, *turn, not backward, impl, False)
+    # a gradient for q and k; None for rope's 8 other arguments
+    return (dq_in, dk_in if has_k else None) + (None,) * 8
 
 
 rope.register_autograd(_backward, setup_context=_save_for_backward)
@@ -160,68 +111,26 @@ def rope_(
     impl: str,
     check_positions: bool,
 ) -> None:
-    rotate(
-        *_validated(
-            q,
-            k,
-            cos,
-            sin,
-            positions,
-            interleaved,
-            rotary_dim,
-            True,
-            impl,
-            check_positions,
-        )
-    )
+    turn = (cos, sin, positions, interleaved, rotary_dim)
+    rotate(*_validated(q, k, turn, True, impl, check_positions))
 
 
 @rope_.register_fake
 def _(q, k, cos, sin, positions, interleaved, rotary_dim, impl, check_positions):
-    _validated(q, k, cos, sin, positions, interleaved, rotary_dim, True, impl, False)
+    _validated(q, k, (cos, sin, positions, interleaved, rotary_dim), True, impl, False)
 
 
 def rope_traced(q, k, options: RopeOptions, wants_grad: bool):
     """What ``apply_rope`` calls under ``torch.compile``, on validated (B, T, H, D)
     views."""
-    (
-        cos,
-        sin,
-        positions,
-        interleaved,
-        rotary_dim,
-        inplace,
-        kernel,
-        check_positions,
-        _,
-    ) = options
-    if inplace and not wants_grad:
-        rope_(
-            q,
-            k,
-            cos,
-            sin,
-            positions,
-            interleaved,
-            rotary_dim,
-            kernel.name,
-            check_positions,
-        )
+    turn = options[:5]  # (cos, sin, positions, interleaved, rotary_dim)
+    impl, check_positions = options.kernel.name, options.check_positions
+    if options.inplace and not wants_grad:
+        rope_(q, k, *turn, impl, check_positions)
         return q, k
-    q_out, k_out = rope(
-        q,
-        k,
-        cos,
-        sin,
-        positions,
-        interleaved,
-        rotary_dim,
-        False,
-        kernel.name,
-        check_positions,
-    )
+    q_out, k_out = rope(q, k, *turn, False, impl, check_positions)
     k_out = None if k is None else k_out
-    if inplace:
+    if options.inplace:
         # with a gradient, autograd cannot go through rope_: rotate, then write back
         q.copy_(q_out)
         if k is not None:

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 CHAPTERS = REPO / "chapters"
 CLONE = "ropetut-repo"
 # As ``ruff format`` writes it, and within 88 columns (for a URL of up to 76 characters):
-# formatting the chapters leaves the cell as this script wrote it.
+# formatting the chapters leaves the cell as this script wrote it. A clone that fails ends
+# the cell with one sentence saying what to set, not git's traceback.
 TEMPLATE = '''\
 try:
     import ropetut
@@ -32,7 +33,8 @@ except ImportError:
     url = "{url}"
     clone = "{clone}"
     if not os.path.isdir(clone):
-        subprocess.run(["git", "clone", "--depth", "1", url, clone], check=True)
+        if subprocess.run(["git", "clone", "--depth", "1", url, clone]).returncode:
+            raise SystemExit(f"could not clone {{url}}: set url to ropetut's address")
     sys.path.insert(0, os.path.abspath(clone))
 from ropetut.book.notebook import print_environment
 

@@ -52,6 +52,7 @@ def test_bytes_moved():
         "final",
         "final (in place)",
         "final (torch.ops)",
+        "final (interleaved)",
     ],
 )
 def test_providers_compute_rope(name):
@@ -61,7 +62,8 @@ def test_providers_compute_rope(name):
     shape = bench.Shape(B=2, T=9, HQ=4, HK=2, D=16, dtype=torch.float32)
     cos, sin = tables(shape.D, shape.T)
     q, k = randn(2, 9, 4, 16), randn(2, 9, 2, 16)
-    expected = [rope_reference(x, cos, sin, interleaved=name == "v1") for x in (q, k)]
+    interleaved = name in ("v1", "final (interleaved)")
+    expected = [rope_reference(x, cos, sin, interleaved=interleaved) for x in (q, k)]
     for out, ref in zip(bench.make_provider(name, shape)(q, k), expected):
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
@@ -232,6 +234,7 @@ def test_clones_are_fresh_leaves():
         "final",
         "final (in place)",
         "final (partial, in place)",
+        "final (interleaved)",
     ],
 )
 def test_providers_write_only_what_they_declare(name, mode):

@@ -1,21 +1,23 @@
-"""The benchmark harness: every version and every peer against the copy floor, on the seeds' shapes.
+"""The benchmark harness: every version and every peer against the copy floor, on the
+seeds' shapes.
 
-The benchmarks are kept beside the library and are not part of its API: this package is the
-harness, and ``qk_norm`` holds issue 18's fused QK-norm + RoPE rows.
+The benchmarks are kept beside the library and are not part of its API: this package is
+the harness, and ``qk_norm`` holds issue 18's fused QK-norm + RoPE rows.
 
-``python -m ropetut bench [--quick]`` prints the tables; chapters call ``run``, ``host_rows``,
-``show_table`` and ``show_host_table`` (tables for the book's column) and ``plot``. Every row is
-timed twice, because a call costs host time and GPU time and a slow host hides a fast kernel:
+``python -m ropetut bench [--quick]`` prints the tables; chapters call ``run``,
+``host_rows``, ``show_table`` and ``show_host_table`` (tables for the book's column) and
+``plot``. Every row is timed twice, because a call costs host time and GPU time and a
+slow host hides a fast kernel:
 
-- eager: ``triton.testing.do_bench`` medians of plain calls, host and GPU together (do_bench
-  clears L2 with a kernel before each call, which gives the host a head start: a call whose host
-  time is shorter than that shows its GPU time only);
+- eager: ``triton.testing.do_bench`` medians of plain calls, host and GPU together
+  (do_bench clears L2 with a kernel before each call, which gives the host a head start:
+  a call whose host time is shorter than that shows its GPU time only);
 - graphed: the same calls captured in one CUDA graph and replayed, the GPU alone.
 
-Each input set is fresh random data, and small problems rotate among enough sets to fill four
-times L2, so no timing reads a warm cache. ``host_rows`` measures the host's own cost per call,
-on tensors so tiny that the GPU waits for the host. Without a GPU nothing is timed: ``run`` prints
-``NO_GPU`` and returns None.
+Each input set is fresh random data, and small problems rotate among enough sets to fill
+four times L2, so no timing reads a warm cache. ``host_rows`` measures the host's own
+cost per call, on tensors so tiny that the GPU waits for the host. Without a GPU nothing
+is timed: ``run`` prints ``NO_GPU`` and returns None.
 
 Before a provider is timed, ``check_untouched`` runs it once: a provider that writes
 into an input or gradient buffer it does not declare in ``MUTATES`` gets an error, not
@@ -56,13 +58,10 @@ VERSIONS = (
 )
 CUTE = "cute"  # the CuTeDSL kernel (appendix): timed where nvidia-cutlass-dsl imports
 PROVIDERS = (COPY, *PEERS, *VERSIONS, CUTE)
-AUTOGRAD_FLOOR = (
-    "autograd.Function floor"  # host_rows: what an empty autograd.Function costs
-)
-FWD_ONLY = (
-    "final (in place)",
-    "final (partial, in place)",
-)  # autograd refuses in place on a leaf
+# host_rows: what an empty autograd.Function costs
+AUTOGRAD_FLOOR = "autograd.Function floor"
+# autograd refuses in place on a leaf
+FWD_ONLY = ("final (in place)", "final (partial, in place)")
 # What a provider writes into, of the buffers the harness hands it (q, k; gq, gk in
 # fwd+bwd): check_untouched lets it change these and nothing else. Liger's forward
 # rotates q and k in place; its backward writes dq, dk into gq, gk.
@@ -71,14 +70,11 @@ MUTATES = {
     "final (partial, in place)": ("q", "k"),
     "liger": ("q", "k", "gq", "gk"),
 }
-PEERS_AT_POSITIONS = (
-    COPY,
-    "torch eager",
-    "torch.compile",
-    "liger",
-)  # gather rows at positions
-# The providers that run a registry kernel on the shape's positions: whether they can is the
-# kernel's ``Supports``. ("final (partial, in place)" is chapter 7's, without positions.)
+# gather rows at positions
+PEERS_AT_POSITIONS = (COPY, "torch eager", "torch.compile", "liger")
+# The providers that run a registry kernel on the shape's positions: whether they can
+# is the kernel's ``Supports``. ("final (partial, in place)" is chapter 7's, without
+# positions.)
 IMPL_OF = {
     "v1": "v1",
     "v2": "v2",
@@ -101,9 +97,8 @@ class Shape:
     HK: int
     D: int
     dtype: torch.dtype = torch.bfloat16
-    positions: bool = (
-        False  # decode: each token at a random position of a 4096-row table
-    )
+    # decode: each token at a random position of a 4096-row table
+    positions: bool = False
 
     @property
     def label(self) -> str:
@@ -131,13 +126,15 @@ SHAPES = {
         _bhtd(1, 8, 2048, 128),
         _bhtd(2, 16, 512, 128),
     ],
-    # Seed 001 swept N rows of D=128; we read them as N tokens of one sequence (B=1) with
-    # 16 q and 16 k heads, so the sweep moves the same bytes per token as a 16-head model.
+    # Seed 001 swept N rows of D=128; we read them as N tokens of one sequence (B=1)
+    # with 16 q and 16 k heads, so the sweep moves the same bytes per token as a
+    # 16-head model.
     "seed001": [Shape(1, n, 16, 16, 128) for n in range(2048, 63488 + 1, 4096)],
     "seed002": [_bhtd(4, 16, 4096, 256)],
     "seed004": [_bhtd(4, 8, 2048, 128), _bhtd(32, 32, 4096, 128)],
     "llama3_8b": [Shape(8, 4096, 32, 8, 128)],
-    # one decode step of a Llama-3-8B-like model serving 64 sequences: one token each, from a KV cache
+    # one decode step of a Llama-3-8B-like model serving 64 sequences: one token each,
+    # from a KV cache
     "decode": [Shape(64, 1, 32, 8, 128, positions=True)],
     # from 16 tokens, where the host sets the pace, to 64k, where the GPU does
     "tokens": [Shape(1, 2**n, 16, 16, 128) for n in range(4, 17, 2)],
@@ -154,15 +151,16 @@ HOST_SHAPE = Shape(1, 16, 4, 4, 64)  # so small that the GPU always waits for th
 
 
 def bytes_moved(shape: Shape, mode: str) -> int:
-    """The fewest bytes RoPE must move: q and k read once and written once (tables ignored).
-    fwd+bwd moves it twice: the backward reads the output gradients and writes the input ones."""
+    """The fewest bytes RoPE must move: q and k read once and written once (tables
+    ignored). fwd+bwd moves it twice: the backward reads the output gradients and writes
+    the input ones."""
     elements = shape.B * shape.T * (shape.HQ + shape.HK) * shape.D
     return 2 * elements * shape.dtype.itemsize * (2 if mode == "fwd+bwd" else 1)
 
 
 def make_inputs(shape: Shape, mode: str) -> tuple:
-    """One fresh random input set on the GPU: (q, k), or for fwd+bwd (q, k, gq, gk) with q and k
-    leaves that require grad and gq, gk the gradients of the outputs."""
+    """One fresh random input set on the GPU: (q, k), or for fwd+bwd (q, k, gq, gk) with
+    q and k leaves that require grad and gq, gk the gradients of the outputs."""
 
     def randn(H):
         return torch.randn(
@@ -185,9 +183,10 @@ def l2_bytes() -> int:
 
 
 def input_sets(make_inputs) -> list:
-    """Enough fresh input sets that together they hold four times L2 (at least two, at most 1024).
-    Barely more than L2 is not enough: a replay then finds part of the last sets still cached, and
-    more of them when a provider works in place (Liger) than when it writes new outputs."""
+    """Enough fresh input sets that together they hold four times L2 (at least two, at
+    most 1024). Barely more than L2 is not enough: a replay then finds part of the last
+    sets still cached, and more of them when a provider works in place (Liger) than when
+    it writes new outputs."""
     first = make_inputs()
     set_bytes = sum(t.nbytes for t in first)
     return [first] + [
@@ -234,9 +233,10 @@ def _same_bits(a, b) -> bool:
 
 
 def time_ms(fn, *, make_inputs=None) -> float:
-    """Median milliseconds of one eager ``fn(*inputs)`` (``fn()`` without make_inputs), by
-    do_bench: 25 ms of warm-up, 100 ms of repeats, cycling through ``input_sets``. Host and GPU
-    together: when the host takes longer to issue a call than the GPU to run it, this is the host."""
+    """Median milliseconds of one eager ``fn(*inputs)`` (``fn()`` without make_inputs),
+    by do_bench: 25 ms of warm-up, 100 ms of repeats, cycling through ``input_sets``.
+    Host and GPU together: when the host takes longer to issue a call than the GPU to
+    run it, this is the host."""
     if make_inputs is None:
         return do_bench(fn, warmup=25, rep=100, return_mode="median")
     cycle = itertools.cycle(input_sets(make_inputs))
@@ -244,15 +244,14 @@ def time_ms(fn, *, make_inputs=None) -> float:
 
 
 def graph_ms(fn, *, make_inputs) -> float:
-    """Median milliseconds of one ``fn(*inputs)`` replayed from a CUDA graph: the GPU's time alone.
-    One graph calls fn once on each of ``input_sets``; it is replayed by do_bench and its time
-    divided by the number of calls."""
+    """Median milliseconds of one ``fn(*inputs)`` replayed from a CUDA graph: the GPU's
+    time alone. One graph calls fn once on each of ``input_sets``; it is replayed by
+    do_bench and its time divided by the number of calls."""
     sets = input_sets(make_inputs)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(
-        side
-    ):  # compile, autotune, allocate: nothing of that in the graph
+    # compile, autotune, allocate: nothing of that in the graph
+    with torch.cuda.stream(side):
         for inputs in sets:
             fn(*inputs)
     torch.cuda.current_stream().wait_stream(side)
@@ -266,8 +265,8 @@ def graph_ms(fn, *, make_inputs) -> float:
 
 
 def host_us(fn, inputs, calls=300) -> float:
-    """Host microseconds per ``fn(*inputs)`` over one timed loop of calls, on tensors so small that
-    the GPU finishes each kernel before the host has issued the next."""
+    """Host microseconds per ``fn(*inputs)`` over one timed loop of calls, on tensors so
+    small that the GPU finishes each kernel before the host has issued the next."""
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
@@ -277,7 +276,8 @@ def host_us(fn, inputs, calls=300) -> float:
 
 
 def peak_mem_mb(fn, inputs) -> float:
-    """MB that one ``fn(*inputs)`` allocates at its peak, over what was allocated before it."""
+    """MB that one ``fn(*inputs)`` allocates at its peak, over what was allocated
+    before it."""
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -287,7 +287,8 @@ def peak_mem_mb(fn, inputs) -> float:
 
 
 def copy(*tensors):
-    """The floor: a device copy of every input (q, k; for fwd+bwd also the gradients gq, gk)."""
+    """The floor: a device copy of every input (q, k; for fwd+bwd also the gradients
+    gq, gk)."""
     with torch.no_grad():
         return [t.clone() for t in tensors]
 
@@ -316,10 +317,11 @@ def liger_version():
 
 
 def make_provider(name: str, shape: Shape):
-    """``fn(q, k) -> (q_out, k_out)`` on (B, T, H, D) tensors; tables are built here, untimed.
-    With ``shape.positions`` each token is at a random row of an N_POSITIONS-row table, as in
-    decode: ropetut takes the positions, the others gather their cos/sin rows on every call, the
-    way a Hugging Face model computes them from ``position_ids``."""
+    """``fn(q, k) -> (q_out, k_out)`` on (B, T, H, D) tensors; tables are built here,
+    untimed. With ``shape.positions`` each token is at a random row of an
+    N_POSITIONS-row table, as in decode: ropetut takes the positions, the others gather
+    their cos/sin rows on every call, the way a Hugging Face model computes them from
+    ``position_ids``."""
     n_rows = N_POSITIONS if shape.positions else shape.T
     cos, sin = rope_tables(standard(shape.D), n_rows, device=DEVICE)
     pos = (
@@ -335,28 +337,28 @@ def make_provider(name: str, shape: Shape):
                     k, cos, sin, pos
                 )
         else:
-            rotary = LlmRotary(shape.D, shape.T).to(
-                DEVICE
-            )  # the seed's module: fp32 math, cast back
+            # the seed's module: fp32 math, cast back
+            rotary = LlmRotary(shape.D, shape.T).to(DEVICE)
 
             def eager(q, k):
                 return rotary(q), rotary(k)
 
         if name == "torch eager":
             return eager
-        torch._dynamo.reset()  # a fresh static-shape compile per shape, never the recompile limit
+        # a fresh static-shape compile per shape, never the recompile limit
+        torch._dynamo.reset()
         return torch.compile(eager, dynamic=False)
     if name in ("HF rotate_half", "liger"):
-        # Hugging Face's convention: (B, H, T, D) views, tables in the activations' dtype.
+        # Hugging Face's convention: (B, H, T, D) views, tables in the
+        # activations' dtype.
         cos, sin = cos.to(shape.dtype), sin.to(shape.dtype)
         if name == "HF rotate_half":  # widens the tables itself, on every call
             rotate = partial(rope_rotate_half, cos=cos, sin=sin)
         else:  # fused q and k, in place on the (B, T, H, D) storage
             cos2, sin2 = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
 
-            def rotate(
-                q, k
-            ):  # (1, T, D) full-width tables, or (B, T, D) rows at positions
+            # (1, T, D) full-width tables, or (B, T, D) rows at positions
+            def rotate(q, k):
                 c, s = (
                     (cos2[pos], sin2[pos])
                     if shape.positions
@@ -369,15 +371,13 @@ def make_provider(name: str, shape: Shape):
             return q_out.transpose(1, 2), k_out.transpose(1, 2)
 
         return bhtd
-    if (
-        name == "final (torch.ops)"
-    ):  # the registered operator, called eagerly through the dispatcher
+    # the registered operator, called eagerly through the dispatcher
+    if name == "final (torch.ops)":
         return lambda q, k: torch.ops.ropetut.rope(
             q, k, cos, sin, pos, False, shape.D, False, "final", False
         )
-    if (
-        name == "final (partial, in place)"
-    ):  # chapter 7: rotate half the dims, skip the rest
+    # chapter 7: rotate half the dims, skip the rest
+    if name == "final (partial, in place)":
         cos, sin = rope_tables(standard(shape.D // 2), n_rows, device=DEVICE)
         return partial(
             apply_rope, cos=cos, sin=sin, rotary_dim=shape.D // 2, inplace=True
@@ -395,16 +395,17 @@ def make_provider(name: str, shape: Shape):
 
 
 def rope_at_positions(x, cos, sin, positions):
-    """Eager PyTorch RoPE at given positions: gather each token's rows, rotate half-split pairs in
-    fp32, cast back. x: (B, T, H, D); positions: (B, T)."""
+    """Eager PyTorch RoPE at given positions: gather each token's rows, rotate
+    half-split pairs in fp32, cast back. x: (B, T, H, D); positions: (B, T)."""
     c, s = cos[positions][:, :, None], sin[positions][:, :, None]
     x1, x2 = x.float().chunk(2, dim=-1)
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).type_as(x)
 
 
 def training_step(fn):
-    """Forward, then backward from the given output gradients gq, gk to the inputs' gradients
-    (``autograd.grad``: nothing accumulates, so eager and graphed runs do the same work)."""
+    """Forward, then backward from the given output gradients gq, gk to the inputs'
+    gradients (``autograd.grad``: nothing accumulates, so eager and graphed runs do the
+    same work)."""
 
     def step(q, k, gq, gk):
         return torch.autograd.grad(fn(q, k), (q, k), (gq, gk))
@@ -424,8 +425,8 @@ def supports(name: str, shape: Shape, mode: str) -> bool:
 def measure(
     name: str, shape: Shape, mode: str, floor_ms: float, graph_floor_ms: float | None
 ) -> dict:
-    """One row of the table, eager and (unless graph_floor_ms is None) graphed. A provider that
-    raises gets its error recorded instead of a time."""
+    """One row of the table, eager and (unless graph_floor_ms is None) graphed. A
+    provider that raises gets its error recorded instead of a time."""
     row = dict(
         shape=shape.label,
         tokens=shape.tokens,
@@ -467,8 +468,8 @@ def measure(
 
 
 def run(shapes, providers=None, modes=("fwd",), progress=True, graphs=True):
-    """Time the providers on each shape and mode, the copy floor first, eagerly and (with
-    ``graphs``) from CUDA graphs. Returns the rows, or None without a GPU."""
+    """Time the providers on each shape and mode, the copy floor first, eagerly and
+    (with ``graphs``) from CUDA graphs. Returns the rows, or None without a GPU."""
     if not on_gpu():
         print(NO_GPU)
         return None
@@ -522,8 +523,8 @@ HOST_PROVIDERS = (
 
 
 class _Identity(torch.autograd.Function):
-    """An autograd.Function that does nothing: its fwd+bwd host time is what autograd itself
-    costs any such operator, Liger's and ours included."""
+    """An autograd.Function that does nothing: its fwd+bwd host time is what autograd
+    itself costs any such operator, Liger's and ours included."""
 
     @staticmethod
     def forward(ctx, q, k):
@@ -535,10 +536,10 @@ class _Identity(torch.autograd.Function):
 
 
 def host_rows(providers=HOST_PROVIDERS, modes=MODES, shape=HOST_SHAPE, rounds=9):
-    """Host microseconds per call of each provider on a tiny shape, and the ratio to Liger's.
-    The host is noisy and drifts, so providers take turns: ``rounds`` rounds of one timed loop
-    each, and each provider's figure is its median round. Returns a list of dicts, or None
-    without a GPU."""
+    """Host microseconds per call of each provider on a tiny shape, and the ratio to
+    Liger's. The host is noisy and drifts, so providers take turns: ``rounds`` rounds of
+    one timed loop each, and each provider's figure is its median round. Returns a list
+    of dicts, or None without a GPU."""
     if not on_gpu():
         print(NO_GPU)
         return None
@@ -587,7 +588,8 @@ def format_host_table(rows) -> str:
 
 def format_table(rows) -> str:
     lines = [
-        f"{'impl':25} {'shape':37} {'mode':7} | {'eager ms':>8} {'%floor':>6} {'vs liger':>8} | "
+        f"{'impl':25} {'shape':37} {'mode':7} | "
+        f"{'eager ms':>8} {'%floor':>6} {'vs liger':>8} | "
         f"{'graph ms':>8} {'%floor':>6} {'vs liger':>8} | {'peak MB':>7}"
     ]
     for r in rows:
@@ -599,7 +601,8 @@ def format_table(rows) -> str:
         for prefix in ("", "graph_"):
             ms, vs = r.get(prefix + "ms"), r.get(prefix + "vs_liger")
             cells.append(
-                f"{ms:8.3f} {r[prefix + 'pct_floor']:5.0f}% {f'{vs:.2f}x' if vs else '-':>8}"
+                f"{ms:8.3f} {r[prefix + 'pct_floor']:5.0f}% "
+                f"{f'{vs:.2f}x' if vs else '-':>8}"
                 if ms
                 else f"{'-':>8} {'-':>6} {'-':>8}"
             )
@@ -650,8 +653,8 @@ def _columns(keys):
 
 
 def show_table(rows, columns=DEFAULT_COLUMNS, *, full=True):
-    """The rows as a table for the book's column: ``columns`` (keys of the rows), and with
-    ``full`` every column folded below it. In a notebook, end the cell with it."""
+    """The rows as a table for the book's column: ``columns`` (keys of the rows), and
+    with ``full`` every column folded below it. In a notebook, end the cell with it."""
     every = dict.fromkeys(key for r in rows for key in r)
     return report.html_table(
         rows,
@@ -662,7 +665,8 @@ def show_table(rows, columns=DEFAULT_COLUMNS, *, full=True):
 
 
 def show_host_table(rows):
-    """``host_rows`` as a table for the book's column: ``format_host_table``'s columns."""
+    """``host_rows`` as a table for the book's column:
+    ``format_host_table``'s columns."""
     return report.html_table(
         rows,
         _columns(("provider", "mode", "host_us", "vs_liger")),
@@ -691,15 +695,16 @@ FONT, SMALL = 9, 8  # points: 12.5 and 11 px at FIG_DPI
 
 
 def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None, providers=None):
-    """One row of panels per mode; a second column, graphed, when the rows were timed from CUDA
-    graphs too. Shapes that differ only in T (a sweep): a line per provider over x (log axes when
-    x spans two decades or more). Otherwise: bars, one group per shape, one bar per provider.
+    """One row of panels per mode; a second column, graphed, when the rows were timed
+    from CUDA graphs too. Shapes that differ only in T (a sweep): a line per provider
+    over x (log axes when x spans two decades or more). Otherwise: bars, one group per
+    shape, one bar per provider.
 
-    providers: the series, in this order (default: every provider in the rows); a panel draws
-    at most MAX_SERIES of them, and names without rows are skipped. Drawn 784 px wide, for the
-    book's column, with one legend below the panels. Saves a PNG when path is given; ``device``
-    names the GPU in the title (default: this machine's). In a notebook, assign the figure (or
-    end the line with ';') so it shows once."""
+    providers: the series, in this order (default: every provider in the rows); a panel
+    draws at most MAX_SERIES of them, and names without rows are skipped. Drawn 784 px
+    wide, for the book's column, with one legend below the panels. Saves a PNG when path
+    is given; ``device`` names the GPU in the title (default: this machine's). In a
+    notebook, assign the figure (or end the line with ';') so it shows once."""
     import matplotlib.pyplot as plt
 
     rows = [
@@ -742,7 +747,8 @@ def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None, providers=N
                     for r in rows
                     if r["provider"] == name and r["mode"] == mode and r.get(key)
                 ]
-                # the same colour for a provider in every figure: black for the floor, C0-C9 for the rest
+                # the same colour for a provider in every figure: black for the floor,
+                # C0-C9 for the rest
                 style = dict(
                     label=name, color="black" if name == COPY else _color(name)
                 )
@@ -809,7 +815,8 @@ def plot(rows, path=None, *, x="tokens", y="pct_floor", device=None, providers=N
 
 
 def _color(name: str):
-    """The same colour for a provider in every figure: C0-C9, then the lighter half of tab20."""
+    """The same colour for a provider in every figure: C0-C9, then the lighter half
+    of tab20."""
     import matplotlib.pyplot as plt
 
     i = PROVIDERS.index(name) - 1
@@ -817,13 +824,14 @@ def _color(name: str):
 
 
 def environment() -> dict:
-    """Where the numbers come from: provenance.environment() plus liger's version (None if absent)."""
+    """Where the numbers come from: provenance.environment() plus liger's version
+    (None if absent)."""
     return dict(provenance.environment(), liger=liger_version())
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ropetut bench", description=__doc__.split("\n")[0]
+        prog="python -m ropetut bench", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--quick",
@@ -870,5 +878,6 @@ def main(argv=None) -> int:
     if host:
         print()
         print(format_host_table(host))
-    # A peer may fail (its error is in the table); one of ropetut's own versions may not.
+    # A peer may fail (its error is in the table); one of ropetut's own versions
+    # may not.
     return 1 if any(r["error"] and r["provider"] in VERSIONS for r in rows) else 0

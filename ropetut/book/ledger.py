@@ -1,18 +1,22 @@
-"""The seed-claims ledger: every numeric or factual claim of seeds 000-004, and what the book measured.
+"""The seed-claims ledger: every numeric or factual claim of seeds 000-004, and what the
+book measured.
 
 Two halves, kept apart on purpose:
 
-- the **claims**, typed once, in ``seed_claims.json`` next to this file: an id, the seed, its
-  section, a brief quote, and the chapter that tests the claim (or the issue that will);
+- the **claims**, typed once, in ``seed_claims.json`` next to this file: an id, the
+  seed, its section, a brief quote, and the chapter that tests the claim (or the
+  issue that will);
 - the **verdicts**, never typed: a chapter's cell calls
-  ``ledger.record(claim_id, ours=..., agree=..., cause=...)`` with what it has just computed.
+  ``ledger.record(claim_id, ours=..., agree=..., cause=...)`` with what it has
+  just computed.
 
-``record`` writes ``results/ledger/<chapter>.json`` only on a GPU, the run whose outputs the book
-stores. Under the interpreter (CI, a laptop) it writes nothing, so a CPU run never rewrites
-committed results. An explicit ``out_dir`` (or ``$ROPETUT_LEDGER_DIR``) writes there on any device.
-``record`` also shows the verdict (a one-row table), or keeps it silently (``show=False``) for
-``verdicts``, which shows several in one table. The ledger page (``chapters/seed_ledger.ipynb``)
-reads both halves with ``rows`` and shows them with ``page``.
+``record`` writes ``results/ledger/<chapter>.json`` only on a GPU, the run whose outputs
+the book stores. Under the interpreter (CI, a laptop) it writes nothing, so a CPU run
+never rewrites committed results. An explicit ``out_dir`` (or ``$ROPETUT_LEDGER_DIR``)
+writes there on any device. ``record`` also shows the verdict (a one-row table), or
+keeps it silently (``show=False``) for ``verdicts``, which shows several in one table.
+The ledger page (``chapters/seed_ledger.ipynb``) reads both halves with ``rows`` and
+shows them with ``page``.
 """
 
 import json
@@ -30,14 +34,15 @@ LEDGER_DIR_ENV = "ROPETUT_LEDGER_DIR"
 AGREE, DISAGREE = "agree", "disagree"
 NOT_MEASURED = "not measured yet"
 NOT_TESTABLE = "not testable yet"
-WHERE = re.compile(
-    r"[a-z][a-z0-9-]*"
-)  # an HTML id, as docutils writes a label's or heading's
-_recorded = {}  # claim id -> {"ours", "agree", "cause", "where"}: this session's, for verdicts()
+# an HTML id, as docutils writes a label's or heading's
+WHERE = re.compile(r"[a-z][a-z0-9-]*")
+# claim id -> {"ours", "agree", "cause", "where"}: this session's, for verdicts()
+_recorded = {}
 
 
 def load_claims(path=CLAIMS_FILE) -> dict:
-    """The whole claims file: {"scope": ..., "issues": {number: title}, "claims": [row, ...]}."""
+    """The whole claims file:
+    {"scope": ..., "issues": {number: title}, "claims": [row, ...]}."""
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
@@ -47,8 +52,8 @@ def claims(path=CLAIMS_FILE) -> dict:
 
 
 def output_dir(out_dir=None):
-    """Where record writes: out_dir, else $ROPETUT_LEDGER_DIR, else results/ledger on a GPU;
-    None (write nothing) under the interpreter."""
+    """Where record writes: out_dir, else $ROPETUT_LEDGER_DIR, else results/ledger on a
+    GPU; None (write nothing) under the interpreter."""
     if out_dir is not None:
         return Path(out_dir)
     if os.environ.get(LEDGER_DIR_ENV):
@@ -69,11 +74,12 @@ def record(
     """Record the verdict a chapter cell just computed on one seed claim.
 
     ours: our measurement, formatted from the cell's values; agree: the cell's computed
-    comparison (a bool, or anything bool() takes, such as a one-element tensor); cause: why,
-    in one line; where: the HTML id of the place in the chapter that measured it, a MyST label
-    such as ``(v2-vs-v4)=`` or a heading's id (the ledger page links there). show: display the
-    verdict as a one-row table; show=False keeps it for ``verdicts`` (or for the cell's own
-    words). Returns None, so a call that ends a cell adds no output to it.
+    comparison (a bool, or anything bool() takes, such as a one-element tensor); cause:
+    why, in one line; where: the HTML id of the place in the chapter that measured it, a
+    MyST label such as ``(v2-vs-v4)=`` or a heading's id (the ledger page links there).
+    show: display the verdict as a one-row table; show=False keeps it for ``verdicts``
+    (or for the cell's own words). Returns None, so a call that ends a cell adds no
+    output to it.
     """
     known = claims()
     if claim_id not in known:
@@ -83,7 +89,8 @@ def record(
     claim = known[claim_id]
     if not claim.get("chapter"):
         raise ValueError(
-            f"claim {claim_id!r} is not tested by a chapter (issue {claim.get('issue')})"
+            f"claim {claim_id!r} is not tested by a chapter "
+            f"(issue {claim.get('issue')})"
         )
     if agree is None:
         raise TypeError(f"claim {claim_id!r}: agree must be True or False, not None")
@@ -116,9 +123,10 @@ def _verdict(agree: bool):
 
 
 def verdicts(claim_ids):
-    """One table of the verdicts this session recorded on claim_ids (claim, what the seed says,
-    ours, verdict): a cell records them with show=False, then ends with this. A claim that was
-    not recorded (its measurement was skipped) shows as not measured."""
+    """One table of the verdicts this session recorded on claim_ids (claim, what the
+    seed says, ours, verdict): a cell records them with show=False, then ends with
+    this. A claim that was not recorded (its measurement was skipped) shows as not
+    measured."""
     known = claims()
     table = []
     for claim_id in claim_ids:
@@ -136,9 +144,8 @@ def verdicts(claim_ids):
 
 
 def _provenance() -> dict:
-    from .provenance import (
-        environment,
-    )  # imports git and torch details lazily: GPU runs only
+    # imports git and torch details lazily: GPU runs only
+    from .provenance import environment
 
     env = environment()
     return {"device": env["device"], "ropetut commit": env["ropetut commit"]}
@@ -203,9 +210,10 @@ STATES = (AGREE, DISAGREE, NOT_TESTABLE, NOT_MEASURED)
 
 
 def page(table=None):
-    """The ledger page: a summary (claims per seed, and how many of them agree, disagree, are
-    not testable yet or not measured yet), then one table per seed, each claim linked to the
-    place in its chapter that measured it. table: ``rows()`` (the default)."""
+    """The ledger page: a summary (claims per seed, and how many of them agree,
+    disagree, are not testable yet or not measured yet), then one table per seed, each
+    claim linked to the place in its chapter that measured it. table: ``rows()``
+    (the default)."""
     table = rows() if table is None else table
     seeds = sorted({r["seed"] for r in table})
     counts = [_counts(seed, [r for r in table if r["seed"] == seed]) for seed in seeds]

@@ -1,10 +1,12 @@
-"""Tables sized for the book's 784 px column: HTML in a notebook, compact text elsewhere.
+"""Tables sized for the book's 784 px column: HTML in a notebook, compact text
+elsewhere.
 
-``html_table(rows, columns)`` returns a ``Report``: Jupyter shows its HTML (a table of class
-``ropetut-table``, styled in ``book/_static/ropetut.css``); a console, and nbval on CPU, see its
-text, wrapped to ``TEXT_WIDTH`` columns. ``stack`` puts reports one under the other; ``show``
-displays one from inside a function. A cell value that is a ``Markup`` shows as its text in the
-text form and as its own HTML (a link, a styled word) in the table.
+``html_table(rows, columns)`` returns a ``Report``: Jupyter shows its HTML (a table of
+class ``ropetut-table``, styled in ``book/_static/ropetut.css``); a console, and nbval
+on CPU, see its text, wrapped to ``TEXT_WIDTH`` columns. ``stack`` puts reports one
+under the other; ``show`` displays one from inside a function. A cell value that is a
+``Markup`` shows as its text in the text form and as its own HTML (a link, a styled
+word) in the table.
 """
 
 import html
@@ -32,7 +34,8 @@ class Report:
 
 
 class Markup(str):
-    """A cell value: ``text`` in the text form, ``markup`` (trusted HTML) in the table."""
+    """A cell value: ``text`` in the text form, ``markup`` (trusted HTML) in
+    the table."""
 
     def __new__(cls, text: str, markup: str):
         value = super().__new__(cls, text)
@@ -44,16 +47,20 @@ class Markup(str):
 
 
 def html_table(rows, columns, *, formats=None, caption=None, full=None) -> Report:
-    """A table of ``rows`` (dicts), one column per key of ``columns`` (a key, or a (key, header)
-    pair). formats: {key: format spec or callable}; a missing or None value shows as "—".
-    full: columns of a complete table, folded below this one under "all columns" (HTML only)."""
+    """A table of ``rows`` (dicts), one column per key of ``columns`` (a key, or a
+    (key, header) pair). formats: {key: format spec or callable}; a missing or None
+    value shows as "—". full: columns of a complete table, folded below this one under
+    "all columns" (HTML only)."""
     headers, cells, numeric = _cells(rows, columns, formats or {})
     report = Report(
         _html(headers, cells, numeric, caption), _text(headers, cells, numeric, caption)
     )
     if full:
         folded = _html(*_cells(rows, full, formats or {}), None)
-        report.html += f'<details class="ropetut-all"><summary>all columns</summary>{folded}</details>'
+        report.html += (
+            '<details class="ropetut-all"><summary>all columns</summary>'
+            f"{folded}</details>"
+        )
     return report
 
 
@@ -112,18 +119,20 @@ def _html(headers, cells, numeric, caption) -> str:
     caption = f"<caption>{_escape(caption)}</caption>" if caption else ""
     body = "\n".join(f"<tr>{row('td', r)}</tr>" for r in cells)
     return (
-        f'<table class="{CSS_CLASS}">{caption}\n<thead><tr>{row("th", headers)}</tr></thead>\n'
+        f'<table class="{CSS_CLASS}">{caption}\n'
+        f"<thead><tr>{row('th', headers)}</tr></thead>\n"
         f"<tbody>\n{body}\n</tbody></table>"
     )
 
 
 def _text(headers, cells, numeric, caption) -> str:
-    """Columns as wide as their widest cell; while a line is wider than TEXT_WIDTH the widest
-    column narrows, wrapping its header first, then its cells at spaces, then anywhere.
-    Numbers right-aligned."""
+    """Columns as wide as their widest cell; while a line is wider than TEXT_WIDTH the
+    widest column narrows, wrapping its header first, then its cells at spaces, then
+    anywhere. Numbers right-aligned."""
     columns = list(zip(headers, *cells))  # (header, cell, cell, ...)
     widths = [max(map(len, col)) for col in columns]
-    floors = (  # how narrow each column may get: header wrapped, cells wrapped, anything
+    # how narrow each column may get: header wrapped, cells wrapped, anything
+    floors = (
         [max(map(len, [*col[0].split(), *col[1:]]), default=1) for col in columns],
         [max(map(len, " ".join(col).split()), default=1) for col in columns],
         [1] * len(columns),

@@ -1,31 +1,35 @@
 """final: the kernel users call through ``ropetut.apply_rope``. V4, generalised.
 
 What it adds to V4, and why:
-- positions: a (B, T) integer tensor picks each token's cos/sin row, for KV-cache decode and
-  packed sequences. Without it, token t uses row t. The kernel never reads outside the table: a
-  position outside [0, n_positions) loads NaN instead of a row, so that token's output is NaN.
-  Checking on the device costs nothing; checking on the host would wait for the GPU.
-- interleaved pairs (x[2i], x[2i+1]) as well as half-split ones (x[i], x[i+R/2]). Both move
-  whole rows: an interleaved row's R rotary dims are one contiguous load, split in registers
-  into its even and odd dims, and one contiguous store of the two joined back. Loads and
-  stores of stride 2 would not vectorise: one instruction per element, not per 16 bytes.
-- partial rotary: only the first R = rotary_dim dims turn. Out of place, the other D-R dims are
-  copied; in place, they are never touched, so they cost no bytes at all.
-- in place: pass the input as the output. Each element is loaded before it is stored by the
-  same program, and no two programs share an element, so this is safe.
-- int64 offsets where they are needed: for a tensor of 2**31 elements or more, token, batch
-  and head indices are widened before they meet a stride; smaller tensors keep int32 arithmetic.
+- positions: a (B, T) integer tensor picks each token's cos/sin row, for KV-cache decode
+  and packed sequences. Without it, token t uses row t. The kernel never reads outside
+  the table: a position outside [0, n_positions) loads NaN instead of a row, so that
+  token's output is NaN. Checking on the device costs nothing; checking on the host
+  would wait for the GPU.
+- interleaved pairs (x[2i], x[2i+1]) as well as half-split ones (x[i], x[i+R/2]). Both
+  move whole rows: an interleaved row's R rotary dims are one contiguous load, split in
+  registers into its even and odd dims, and one contiguous store of the two joined back.
+  Loads and stores of stride 2 would not vectorise: one instruction per element, not per
+  16 bytes.
+- partial rotary: only the first R = rotary_dim dims turn. Out of place, the other D-R
+  dims are copied; in place, they are never touched, so they cost no bytes at all.
+- in place: pass the input as the output. Each element is loaded before it is stored by
+  the same program, and no two programs share an element, so this is safe.
+- int64 offsets where they are needed: for a tensor of 2**31 elements or more, token,
+  batch and head indices are widened before they meet a stride; smaller tensors keep
+  int32 arithmetic.
 - fp64 inputs compute in fp64 (gradcheck needs that); everything else computes in fp32.
-- a cheap launch: Triton's launcher re-derives the kernel's specialization from every argument on
-  every call, which costs more host time than a small kernel's GPU time. ``rope_final`` keeps
-  the compiled kernel and its scalar arguments per set of shapes, strides, dtypes and pointer
-  alignments (all that the specialization depends on), so a model's second call of a layer
-  launches straight away: it hands the arguments and the current stream to the compiled
-  kernel's launcher, skipping the Python wrapper Triton puts around it (which looks up the
-  device, the stream and Triton's launch hooks on every call). Those hooks, used by profilers
-  such as Proton, are therefore not called for cached launches. That launcher is Triton's
-  private interface: ``direct_launch_matches`` checks that the installed Triton calls it as
-  this file does, and where it does not, every launch goes through ``kernel[grid](...)``.
+- a cheap launch: Triton's launcher re-derives the kernel's specialization from every
+  argument on every call, which costs more host time than a small kernel's GPU time.
+  ``rope_final`` keeps the compiled kernel and its scalar arguments per set of shapes,
+  strides, dtypes and pointer alignments (all that the specialization depends on), so a
+  model's second call of a layer launches straight away: it hands the arguments and the
+  current stream to the compiled kernel's launcher, skipping the Python wrapper Triton
+  puts around it (which looks up the device, the stream and Triton's launch hooks on
+  every call). Those hooks, used by profilers such as Proton, are therefore not called
+  for cached launches. That launcher is Triton's private interface:
+  ``direct_launch_matches`` checks that the installed Triton calls it as this file does,
+  and where it does not, every launch goes through ``kernel[grid](...)``.
 """
 
 import inspect
@@ -40,7 +44,8 @@ from .tiles import tile_sizes
 
 @triton.jit
 def _copy_pass_dims(x_row, o_row, mask, R, D, sxd, sod, BLOCK_PASS: tl.constexpr):
-    """Out of place with R < D: the dims that do not turn still need copying to the output."""
+    """Out of place with R < D: the dims that do not turn still need copying to
+    the output."""
     for d0 in range(R, D, BLOCK_PASS):
         d = d0 + tl.arange(0, BLOCK_PASS)[None, None, :]
         tl.store(
@@ -52,9 +57,10 @@ def _copy_pass_dims(x_row, o_row, mask, R, D, sxd, sod, BLOCK_PASS: tl.constexpr
 
 @triton.jit
 def _load_pairs(row, stride, row_mask, i, HALF, INTERLEAVED: tl.constexpr, other=None):
-    """A row's rotary pairs (x1, x2), shaped like i (pairs, (1, 1, BLOCK_HALF)) broadcast
-    with row_mask (rows). Interleaved: one contiguous load of the row's R = 2 * HALF dims,
-    split in registers into its even dims (x1) and its odd dims (x2)."""
+    """A row's rotary pairs (x1, x2), shaped like i (pairs, (1, 1, BLOCK_HALF))
+    broadcast with row_mask (rows). Interleaved: one contiguous load of the row's
+    R = 2 * HALF dims, split in registers into its even dims (x1) and its odd
+    dims (x2)."""
     if INTERLEAVED:
         j = tl.arange(0, 2 * i.shape[2])[None, None, :]
         x = tl.load(row + j * stride, mask=row_mask & (j < 2 * HALF), other=other)
@@ -87,13 +93,15 @@ def rope_final_kernel(
     cos_ptr,
     sin_ptr,
     pos_ptr,
+    # HALF = R/2 pairs; dims R..D pass through
     T,
     HQ,
     HK,
     HALF,
     D,
     R,
-    N_POS,  # HALF = R/2 pairs; dims R..D pass through
+    N_POS,
+    # q, k strides, (B, T, H, D)
     sqb,
     sqt,
     sqh,
@@ -101,7 +109,8 @@ def rope_final_kernel(
     skb,
     skt,
     skh,
-    skd,  # q, k strides, (B, T, H, D)
+    skd,
+    # q_out, k_out strides
     sqob,
     sqot,
     sqoh,
@@ -109,10 +118,11 @@ def rope_final_kernel(
     skob,
     skot,
     skoh,
-    skod,  # q_out, k_out strides
+    skod,
+    # cos/sin row stride; positions (B, T) strides
     s_cos,
     spb,
-    spt,  # cos/sin row stride; positions (B, T) strides
+    spt,
     HAS_POSITIONS: tl.constexpr,
     INTERLEAVED: tl.constexpr,
     BACKWARD: tl.constexpr,
@@ -131,9 +141,8 @@ def rope_final_kernel(
     i = tl.arange(0, BLOCK_HALF)[None, None, :]
     tok_mask = t < T
     table_mask = tok_mask & (i < HALF)
-    if (
-        HAS_POSITIONS
-    ):  # a row outside the table is never read: its token gets NaN instead
+    # a row outside the table is never read: its token gets NaN instead
+    if HAS_POSITIONS:
         row = tl.load(pos_ptr + b * spb + t * spt, mask=tok_mask, other=0)
         table_mask = table_mask & (row >= 0) & (row < N_POS)
     else:
@@ -148,9 +157,8 @@ def rope_final_kernel(
         sin = -sin
     q_tok, qo_tok = q_ptr + b * sqb + t * sqt, qo_ptr + b * sqob + t * sqot
     k_tok, ko_tok = k_ptr + b * skb + t * skt, ko_ptr + b * skob + t * skot
-    for h0 in range(
-        0, HQ, BLOCK_H
-    ):  # HQ >= HK: a block of q heads and the same block of k heads
+    # HQ >= HK: a block of q heads and the same block of k heads
+    for h0 in range(0, HQ, BLOCK_H):
         h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
         if WIDE:
             h = h.to(tl.int64)
@@ -173,10 +181,12 @@ def rope_final_kernel(
             _copy_pass_dims(k_row, ko_row, k_mask, R, D, skd, skod, BLOCK_PASS)
 
 
-# 2048 pairs and 8 warps a program: the best or level with the best on the H100, for every
-# benchmark shape (tiles of 1024 to 4096 pairs, 4 or 8 warps, timed against Liger from CUDA graphs).
+# 2048 pairs and 8 warps a program: the best or level with the best on the H100, for
+# every benchmark shape (tiles of 1024 to 4096 pairs, 4 or 8 warps, timed against Liger
+# from CUDA graphs).
 PAIRS_PER_TILE, NUM_WARPS = 2048, 8
-# (shapes, strides, dtypes, options) -> (compiled kernel, grid, device index, scalar arguments)
+# (shapes, strides, dtypes, options)
+#   -> (compiled kernel, grid, device index, scalar arguments)
 _LAUNCHES = {}
 
 
@@ -194,19 +204,19 @@ def rope_final(
     backward=False,
     key=None,
 ):
-    """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out may be q.
-    cos, sin: (n_positions, rotary_dim/2), contiguous. positions: None or (B, T) integers.
-    key: ``launch_key`` of these arguments, when the caller computed it ahead (the backward's,
-    from ``prepare_backward``). Returns (q_out, k_out)."""
+    """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out
+    may be q. cos, sin: (n_positions, rotary_dim/2), contiguous. positions: None or
+    (B, T) integers. key: ``launch_key`` of these arguments, when the caller computed it
+    ahead (the backward's, from ``prepare_backward``). Returns (q_out, k_out)."""
     R = rotary_dim or q.shape[3]
-    kk, kk_out = (
-        (q, q_out) if k is None else (k, k_out)
-    )  # HK = 0: the k loop never runs
+    # HK = 0: the k loop never runs
+    kk, kk_out = (q, q_out) if k is None else (k, k_out)
     pos = q if positions is None else positions  # a placeholder pointer, never read
     pointers = (q, kk, q_out, kk_out, cos, sin, pos)
-    # Everything Triton specializes on is a function of this key: integer arguments come from
-    # shapes and strides, pointer arguments from dtypes and 16-byte alignment. Launches with a
-    # misaligned pointer (rare: a view at an odd offset) go through Triton's JIT every time.
+    # Everything Triton specializes on is a function of this key: integer arguments come
+    # from shapes and strides, pointer arguments from dtypes and 16-byte alignment.
+    # Launches with a misaligned pointer (rare: a view at an odd offset) go through
+    # Triton's JIT every time.
     q_ptr, q_out_ptr = q.data_ptr(), q_out.data_ptr()
     aligned = (
         q_ptr
@@ -236,12 +246,10 @@ def rope_final(
         kernel, grid, scalars = _first_launch(
             *pointers, k is not None, positions is not None, R, interleaved, backward
         )
-        if (
-            aligned and kernel is not None and direct_launch_matches()
-        ):  # None: interpreted
-            if (
-                len(_LAUNCHES) >= 4096
-            ):  # a bound on memory for callers that never repeat a shape
+        # kernel is None: interpreted
+        if aligned and kernel is not None and direct_launch_matches():
+            # a bound on memory for callers that never repeat a shape
+            if len(_LAUNCHES) >= 4096:
                 _LAUNCHES.clear()
             _LAUNCHES[key] = (kernel, grid, q.get_device(), scalars)
     else:
@@ -262,9 +270,9 @@ def rope_final(
 
 
 def prepare_backward(q_out, k_out, cos, sin, positions, *, interleaved, rotary_dim):
-    """The backward's launch key, computed in the forward for gradients laid out like q_out and
-    k_out: autograd runs the backward on a thread where the same Python costs several times more
-    (chapter 6)."""
+    """The backward's launch key, computed in the forward for gradients laid out like
+    q_out and k_out: autograd runs the backward on a thread where the same Python costs
+    several times more (chapter 6)."""
     return launch_key(
         q_out,
         k_out,
@@ -280,8 +288,9 @@ def prepare_backward(q_out, k_out, cos, sin, positions, *, interleaved, rotary_d
     )
 
 
-# The call ``JITFunction.run`` makes in the Triton versions this file was written for (3.6, 3.7):
-# the cached launch makes the same call, with no launch metadata and no hooks.
+# The call ``JITFunction.run`` makes in the Triton versions this file was written
+# for (3.6, 3.7): the cached launch makes the same call, with no launch metadata
+# and no hooks.
 TRITON_LAUNCH_CALL = (
     "kernel.run(grid_0, grid_1, grid_2, stream, kernel.function, "
     "kernel.packed_metadata, launch_metadata, knobs.runtime.launch_enter_hook, "
@@ -291,8 +300,9 @@ TRITON_LAUNCH_CALL = (
 
 @cache
 def direct_launch_matches() -> bool:
-    """Does the installed Triton launch a compiled kernel as the cached launch does? Read from its
-    source, once: a Triton that changed the call gets the public ``kernel[grid](...)`` path."""
+    """Does the installed Triton launch a compiled kernel as the cached launch does?
+    Read from its source, once: a Triton that changed the call gets the public
+    ``kernel[grid](...)`` path."""
     try:
         source = inspect.getsource(triton.runtime.jit.JITFunction.run)
     except (OSError, TypeError):
@@ -303,8 +313,8 @@ def direct_launch_matches() -> bool:
 def launch_key(
     q, k, cos, sin, q_out, k_out, positions, R, interleaved, backward, *, in_place
 ):
-    """Everything the compiled kernel depends on but pointer alignment: shapes, strides, dtypes,
-    device and options. ``_LAUNCHES`` keeps a compiled launch under this key."""
+    """Everything the compiled kernel depends on but pointer alignment: shapes, strides,
+    dtypes, device and options. ``_LAUNCHES`` keeps a compiled launch under this key."""
     return (
         q.shape,
         q.stride(),
@@ -329,8 +339,9 @@ def launch_key(
 def _first_launch(
     q, kk, q_out, kk_out, cos, sin, pos, has_k, has_positions, R, interleaved, backward
 ):
-    """Launch through Triton's JIT (which compiles on first use). Returns the compiled kernel, the
-    grid and every argument after the pointers, in the kernel's order, for the next launches."""
+    """Launch through Triton's JIT (which compiles on first use). Returns the compiled
+    kernel, the grid and every argument after the pointers, in the kernel's order, for
+    the next launches."""
     B, T, HQ, D = q.shape
     HK = kk.shape[2] if has_k else 0
     BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)

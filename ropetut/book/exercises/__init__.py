@@ -1,14 +1,15 @@
-"""Exercises for chapters 1 to 8, in the style of Triton-Puzzles: small kernels, and a few
-PyTorch functions, that you finish yourself.
+"""Exercises for chapters 1 to 8, in the style of Triton-Puzzles: small kernels, and a
+few PyTorch functions, that you finish yourself.
 
-Each exercise is a starter with a marked gap (``# ---- exercise N.M ... ----``), which as shipped
-computes something wrong, and a solution; a kernel comes with its launcher. ``check(name, fn)``
-runs your kernel or function on small float32 inputs, against the float64 reference, and prints
-PASS or FAIL with a hint. It runs wherever ropetut runs: on a GPU, or on the CPU through
-Triton's interpreter. Chapters 1, 2 and 8 ask for PyTorch functions; 3 to 7 for kernels.
+Each exercise is a starter with a marked gap (``# ---- exercise N.M ... ----``), which
+as shipped computes something wrong, and a solution; a kernel comes with its launcher.
+``check(name, fn)`` runs your kernel or function on small float32 inputs, against the
+float64 reference, and prints PASS or FAIL with a hint. It runs wherever ropetut runs:
+on a GPU, or on the CPU through Triton's interpreter. Chapters 1, 2 and 8 ask for
+PyTorch functions; 3 to 7 for kernels.
 
-- ``ch01`` ... ``ch08``: the starters (each chapter's exercise cells hold copies of them, for you
-  to edit) and their launchers;
+- ``ch01`` ... ``ch08``: the starters (each chapter's exercise cells hold copies of
+  them, for you to edit) and their launchers;
 - ``solutions``: the solutions, one per starter, with the same names;
 - ``check``: the check, and ``EXERCISES``, every exercise by name.
 
@@ -17,7 +18,8 @@ Triton's interpreter. Chapters 1, 2 and 8 ask for PyTorch functions; 3 to 7 for 
 ch03.interleaved: PASS (2 cases: T=4, H=2, D=32; T=5, H=3, D=96)
 """
 
-from ... import runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel below is defined)
+# sets TRITON_INTERPRET before any kernel below is defined
+from ... import runtime  # noqa: F401
 from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, solutions
 from .ch04 import rotate_heads
 from .check import EXERCISES, check, fn_name

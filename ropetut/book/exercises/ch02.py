@@ -42,14 +42,18 @@ def _run_heads_first(fn, lab, T, H, D):
         ref,
         wrong_answers=[
             (
-                "turns every token of head h by the angle of position h: the table is "
-                "lined up with the head axis (the seed's NoPE bug, chapter 7)",
+                (
+                    "every token of head h is turned by the angle of position h: "
+                    "the seed's NoPE bug"
+                ),
                 by_head,
             ),
             ("equals the input x: nothing was rotated", x.double().cpu()),
             (
-                "is turned by -theta, as the seed's module turns: this function turns "
-                "by +theta",
+                (
+                    "is turned by -theta, as the seed's module turns: this function "
+                    "turns by +theta"
+                ),
                 rope_reference(x[None], cos, sin, inverse=True)[0],
             ),
         ],

@@ -1,11 +1,14 @@
-"""Chapter 3's exercises: V1's layout, one program per (token, head) row, interleaved pairs.
+"""Chapter 3's exercises: V1's layout, one program per (token, head) row, interleaved
+pairs.
 
-3.1 ``rope_interleaved``: the rotation is missing; as shipped the kernel copies its input.
+3.1 ``rope_interleaved``: the rotation is missing; as shipped the kernel copies its
+    input.
 3.2 ``rope_any_d``: no mask; right when D/2 is a power of two, wrong for D = 96.
 
-The starters below are the chapter's exercise cells, verbatim (a test keeps them so); the
-solutions are in ``ropetut.book.exercises.solutions``. Tensors are (T, H, D), one sequence, with D
-contiguous; x and out share one layout, so one pair of strides serves both.
+The starters below are the chapter's exercise cells, verbatim (a test keeps them so);
+the solutions are in ``ropetut.book.exercises.solutions``. Tensors are (T, H, D), one
+sequence, with D contiguous; x and out share one layout, so one pair of strides serves
+both.
 """
 
 import triton
@@ -14,10 +17,8 @@ import triton.language as tl
 from ...reference import rope_reference
 from .check import exercise
 
-CASES = (
-    dict(T=4, H=2, D=32),
-    dict(T=5, H=3, D=96),
-)  # the last: D/2 = 48, not a power of two
+# the last: D/2 = 48, not a power of two
+CASES = (dict(T=4, H=2, D=32), dict(T=5, H=3, D=96))
 
 
 @triton.jit
@@ -67,7 +68,7 @@ def rope_any_d(
     t = row // H
     h = row % H
     i = tl.arange(0, BLOCK_HALF)  # BLOCK_HALF = next power of two >= HALF
-    # ---- exercise 3.2: lanes i >= HALF have no pair; keep them from loading and storing ----
+    # ---- exercise 3.2: lanes i >= HALF have no pair: they must not load or store ----
     cos = tl.load(cos_ptr + t * HALF + i)
     sin = tl.load(sin_ptr + t * HALF + i)
     x_row = x_ptr + t * stride_t + h * stride_h
@@ -82,7 +83,8 @@ def rope_any_d(
 
 
 def launch_rows(kernel, x, cos, sin, out):
-    """One program per (token, head) row. x, out: (T, H, D) with one layout, D contiguous."""
+    """One program per (token, head) row. x, out: (T, H, D) with one layout, D
+    contiguous."""
     T, H, D = x.shape
     assert out.stride() == x.stride() and x.stride(2) == 1
     kernel[(T * H,)](

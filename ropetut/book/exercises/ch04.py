@@ -1,11 +1,15 @@
-"""Chapter 4's exercises: V2's and V4's layout, one program per token and all of its heads.
+"""Chapter 4's exercises: V2's and V4's layout, one program per token and all of its
+heads.
 
-4.1 ``rope_half_split``: pairs the two halves (i, i + D/2); as shipped it pairs (2i, 2i+1).
-4.2 ``rope_fused_qk``: q and k in one launch, k with fewer heads (GQA); as shipped k is left alone.
+4.1 ``rope_half_split``: pairs the two halves (i, i + D/2); as shipped it pairs
+    (2i, 2i+1).
+4.2 ``rope_fused_qk``: q and k in one launch, k with fewer heads (GQA); as shipped k is
+    left alone.
 
-A program loads its token's cos/sin row once and uses it for every head, of q and of k: that is
-what V2 and V4 gain over V1. The starters are the chapter's exercise cells, verbatim; the
-solutions are in ``ropetut.book.exercises.solutions``. Tensors are (T, H, D), D contiguous.
+A program loads its token's cos/sin row once and uses it for every head, of q and of
+k: that is what V2 and V4 gain over V1. The starters are the chapter's exercise cells,
+verbatim; the solutions are in ``ropetut.book.exercises.solutions``. Tensors are
+(T, H, D), D contiguous.
 """
 
 import triton
@@ -29,7 +33,8 @@ def rotate_heads(
     BLOCK_H: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
 ):
-    """Rotate the H heads of token t, half-split pairs, given its cos/sin row (1, BLOCK_HALF)."""
+    """Rotate the H heads of token t, half-split pairs, given its cos/sin row
+    (1, BLOCK_HALF)."""
     h = tl.arange(0, BLOCK_H)[:, None]  # (BLOCK_H, 1)
     i = tl.arange(0, BLOCK_HALF)[None, :]  # (1, BLOCK_HALF)
     mask = (h < H) & (i < HALF)
@@ -58,9 +63,8 @@ def rope_half_split(
     h = tl.arange(0, BLOCK_H)[:, None]  # (BLOCK_H, 1)
     i = tl.arange(0, BLOCK_HALF)[None, :]  # (1, BLOCK_HALF): pair index
     mask = (h < H) & (i < HALF)
-    cos = tl.load(
-        cos_ptr + t * HALF + i, mask=i < HALF
-    )  # one row, shared by every head
+    # one row, shared by every head
+    cos = tl.load(cos_ptr + t * HALF + i, mask=i < HALF)
     sin = tl.load(sin_ptr + t * HALF + i, mask=i < HALF)
     x_row = x_ptr + t * stride_t + h * stride_h
     o_row = out_ptr + t * stride_t + h * stride_h
@@ -119,7 +123,8 @@ def launch_half_split(kernel, x, cos, sin, out):
 
 
 def launch_fused_qk(kernel, q, k, cos, sin, q_out, k_out):
-    """One program per token for q (T, HQ, D) and k (T, HK, D); each output shares its input's layout."""
+    """One program per token for q (T, HQ, D) and k (T, HK, D); each output shares its
+    input's layout."""
     T, HQ, D = q.shape
     HK = k.shape[1]
     assert q_out.stride() == q.stride() and k_out.stride() == k.stride()
@@ -156,8 +161,10 @@ def _run_half_split(kernel, lab, T, H, D):
         ref(),
         wrong_answers=[
             (
-                "is interleaved RoPE, pairs (2i, 2i+1), as in chapter 3; this kernel pairs "
-                "(i, i + HALF)",
+                (
+                    "is interleaved RoPE, pairs (2i, 2i+1), as in chapter 3; this "
+                    "kernel pairs (i, i + HALF)"
+                ),
                 ref(interleaved=True),
             ),
             ("equals the input x: nothing was rotated", x.double().cpu()),

@@ -1,12 +1,16 @@
-"""Chapter 5's exercises: the backward, positions, and in place, on chapter 4's per-token layout.
+"""Chapter 5's exercises: the backward, positions, and in place, on chapter 4's
+per-token layout.
 
-5.1 ``rope_fwd_bwd``: ``BACKWARD`` must turn by -theta; as shipped the backward turns by +theta.
-5.2 ``rope_positions``: token t sits at ``positions[t]``; as shipped it uses row t of the table.
-5.3 ``rope_inplace``: writes over its input; as shipped it reads one half after overwriting it.
+5.1 ``rope_fwd_bwd``: ``BACKWARD`` must turn by -theta; as shipped the backward turns
+    by +theta.
+5.2 ``rope_positions``: token t sits at ``positions[t]``; as shipped it uses row t of
+    the table.
+5.3 ``rope_inplace``: writes over its input; as shipped it reads one half after
+    overwriting it.
 
 The starters are the chapter's exercise cells, verbatim; the solutions are in
-``ropetut.book.exercises.solutions``. Tensors are (T, H, D), D contiguous. ``rotate_heads`` is
-chapter 4's helper (``ropetut.book.exercises.ch04``).
+``ropetut.book.exercises.solutions``. Tensors are (T, H, D), D contiguous.
+``rotate_heads`` is chapter 4's helper (``ropetut.book.exercises.ch04``).
 """
 
 import torch
@@ -38,7 +42,7 @@ def rope_fwd_bwd(
     i = tl.arange(0, BLOCK_HALF)[None, :]
     cos = tl.load(cos_ptr + t * HALF + i, mask=i < HALF)
     sin = tl.load(sin_ptr + t * HALF + i, mask=i < HALF)
-    # ---- exercise 5.1: the backward of a rotation by theta is the rotation by -theta ----
+    # ---- exercise 5.1: the backward of rotating by theta is rotating by -theta ----
     if BACKWARD:
         sin = sin
     # ---- end of exercise ----
@@ -63,7 +67,7 @@ def rope_positions(
 ):
     t = tl.program_id(0)
     i = tl.arange(0, BLOCK_HALF)[None, :]
-    # ---- exercise 5.2: token t sits at position positions[t]: use that row of the table ----
+    # ---- exercise 5.2: token t sits at positions[t]: use that row of the table ----
     p = t
     # ---- end of exercise ----
     cos = tl.load(cos_ptr + p * HALF + i, mask=i < HALF)
@@ -92,7 +96,7 @@ def rope_inplace(
     cos = tl.load(cos_ptr + t * HALF + i, mask=i < HALF)
     sin = tl.load(sin_ptr + t * HALF + i, mask=i < HALF)
     row = x_ptr + t * stride_t + h * stride_h
-    # ---- exercise 5.3: the result goes over x itself; one load below comes too late ----
+    # ---- exercise 5.3: the result goes over x; one load below comes too late ----
     # first half: y1 = x1 cos - x2 sin
     x1 = tl.load(row + i, mask=mask)
     x2 = tl.load(row + i + HALF, mask=mask)
@@ -157,8 +161,9 @@ def launch_inplace(kernel, x, cos, sin):
 
 
 class RopeExercise(torch.autograd.Function):
-    """Autograd around the kernel, as ``ropetut.autograd.RopeFunction`` does: the forward launches
-    it with BACKWARD=False; the backward launches it on dL/dout with BACKWARD=True."""
+    """Autograd around the kernel, as ``ropetut.autograd.RopeFunction`` does: the
+    forward launches it with BACKWARD=False; the backward launches it on dL/dout with
+    BACKWARD=True."""
 
     @staticmethod
     def forward(ctx, x, cos, sin, kernel, lab):
@@ -192,7 +197,10 @@ def _run_backward(kernel, lab, T, H, D):
         rope_reference(g[None], cos, sin, inverse=True)[0],
         wrong_answers=[
             (
-                "is dL/dout turned by +theta, the forward's rotation: the backward turns by -theta",
+                (
+                    "is dL/dout turned by +theta, the forward's rotation: the backward "
+                    "turns by -theta"
+                ),
                 rope_reference(g[None], cos, sin)[0],
             ),
         ],
@@ -236,8 +244,10 @@ def _run_inplace(kernel, lab, T, H, D):
         wrong_answers=[
             ("is unchanged: nothing was written back", x0),
             (
-                "has the right first half; the second half was computed from the first half's new "
-                "values: load every input before you store over it",
+                (
+                    "has the right first half; the second half was computed from the "
+                    "first half's new values: load every input before you store over it"
+                ),
                 torch.cat((y1, x2 * c + y1 * s), -1),
             ),
         ],

@@ -94,10 +94,10 @@ def _run_decode(kernel, lab, T, H, D):
     bad, got = bad.cpu(), out.detach().double().cpu()
     if not got[bad].isnan().all():
         where = ", ".join(str(t) for t in bad.nonzero().flatten().tolist())
+        rows = ", ".join(str(p) for p in positions[bad].tolist())
         lab.problems.append(
-            f"out: tokens t {where} have positions outside the table "
-            f"({', '.join(str(p) for p in positions[bad].tolist())}): they must come "
-            "out all NaN, from a masked table load with other=NaN"
+            f"out: tokens t {where} sit outside the table (positions {rows}): "
+            "they must come out NaN"
         )
         return
     lab.compare(

@@ -1,24 +1,31 @@
-"""The one check every exercise uses: your code against the float64 reference, PASS or FAIL and why.
+"""The one check every exercise uses: your code against the float64 reference, PASS or
+FAIL and why.
 
-``check(name, fn)`` runs exercise ``name`` with ``fn`` on small float32 shapes (the last one odd:
-D = 96, so D/2 is not a power of two) on ``ropetut.DEVICE``. ``fn`` is a kernel (``@triton.jit``),
-which the exercise launches (on the CPU through Triton's interpreter, or on the GPU), or, in the
-chapters before the kernels and where a chapter's lesson is PyTorch, a plain PyTorch function,
-which it calls. Every tensor ``fn`` sees is a view into a larger buffer:
+``check(name, fn)`` runs exercise ``name`` with ``fn`` on small float32 shapes (the last
+one odd: D = 96, so D/2 is not a power of two) on ``ropetut.DEVICE``. ``fn`` is a kernel
+(``@triton.jit``), which the exercise launches (on the CPU through Triton's interpreter,
+or on the GPU), or, in the chapters before the kernels and where a chapter's lesson is
+PyTorch, a plain PyTorch function, which it calls. Every tensor ``fn`` sees is a view
+into a larger buffer:
 
-- each row of D values is followed by D more, and the tensor by four times its size (the
-  *guard*), so that a wrong mask, head count or stride lands there, not in unknown memory;
+- each row of D values is followed by D more, and the tensor by four times its size
+  (the *guard*), so that a wrong mask, head count or stride lands there, not in unknown
+  memory;
 - outputs, guard included, start as NaN: an element the kernel never wrote stays NaN;
-- inputs and their guard hold random numbers: reading the guard is harmless, writing it is not.
+- inputs and their guard hold random numbers: reading the guard is harmless, writing it
+  is not.
 
-On failure it names the first case that failed and what went wrong: NaN (never written), writes
-outside a tensor, an input overwritten, a known wrong answer (the input unrotated, the other
-pairing, ...), or where the wrong elements are. The messages depend on the shapes only, not on
-the device: a check prints the same text on the CPU and on a GPU.
+On failure it names the first case that failed and what went wrong: NaN (never
+written), writes outside a tensor, an input overwritten, a known wrong answer (the input
+unrotated, the other pairing, ...), or where the wrong elements are. The messages depend
+on the shapes only, not on the device: a check prints the same text on the CPU and on a
+GPU.
 """
 
+import itertools
+import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -28,6 +35,7 @@ from ...tables import rope_tables, standard
 
 TOL = TOLERANCE[torch.float32]
 GUARD_ROWS = 4  # the guard after a tensor of n rows: 4 n + GUARD_ROWS rows
+WIDTH = 88  # printed lines fit the book's column
 AXES = ("t", "h", "d")  # exercise tensors are (T, H, D): one sequence
 
 
@@ -44,12 +52,14 @@ EXERCISES: dict[str, Exercise] = {}
 
 
 def fn_name(fn) -> str:
-    """The name of a kernel (``@triton.jit`` wraps the function as ``.fn``) or a function."""
+    """The name of a kernel (``@triton.jit`` wraps the function as ``.fn``) or a
+    function."""
     return getattr(fn, "fn", fn).__name__
 
 
 def exercise(name: str, cases):
-    """Register ``run`` as exercise ``name``; starter and solution are attached in __init__."""
+    """Register ``run`` as exercise ``name``; starter and solution are attached in
+    __init__."""
 
     def register(run):
         EXERCISES[name] = Exercise(name, run, tuple(cases))
@@ -97,7 +107,8 @@ class Lab:
         return self.views[name]
 
     def randn(self, name, *shape, may_change=False):
-        """A float32 input of random values (never zeros: zeros hide unwritten outputs)."""
+        """A float32 input of random values (never zeros: zeros hide unwritten
+        outputs)."""
         return self._guarded(name, shape, is_input=True, may_change=may_change)
 
     def copy(self, name, src):
@@ -118,11 +129,11 @@ class Lab:
         return torch.randint(0, n_positions, (T,), generator=self.g).to(DEVICE)
 
     def compare(self, name, got, ref, wrong_answers=()):
-        """``got`` against the float64 ``ref``; ``wrong_answers``: (what it means, tensor) pairs."""
+        """``got`` against the float64 ``ref``; ``wrong_answers``: (what it means,
+        tensor) pairs."""
         got = got.detach().double().cpu()
-        ref = (
-            ref.detach().double().cpu()
-        )  # the reference computes on its input's device
+        # the reference computes on its input's device
+        ref = ref.detach().double().cpu()
         nan = got.isnan()
         if nan.any():
             self.problems.append(
@@ -164,8 +175,8 @@ class Lab:
 
 def _ranges(idx: list[int]) -> str:
     """[1, 3, 5, 7, 9] -> '1, 3, ..., 9'; [0, 1, 2, 5] -> '0..2, 5'."""
-    steps = {b - a for a, b in zip(idx, idx[1:])}
-    if len(idx) >= 4 and len(steps) == 1 and (step := steps.pop()) > 1:
+    steps = {b - a for a, b in itertools.pairwise(idx)}
+    if len(idx) >= 4 and len(steps) == 1 and steps.pop() > 1:
         return f"{idx[0]}, {idx[1]}, ..., {idx[-1]}"
     out, start = [], idx[0]
     for a, b in zip(idx, idx[1:] + [None]):
@@ -176,7 +187,8 @@ def _ranges(idx: list[int]) -> str:
 
 
 def _where(mask: torch.Tensor) -> str:
-    """Which indices along each axis hold a marked element: 't 1..4, every h, d 0..15, 32..47'."""
+    """Which indices along each axis hold a marked element:
+    't 1..4, every h, d 0..15, 32..47'."""
     parts = []
     for axis, name in enumerate(AXES[-mask.dim() :]):
         others = [a for a in range(mask.dim()) if a != axis]
@@ -203,9 +215,9 @@ def _error_line(e: Exception) -> str:
 
 
 def check(name: str, fn, *, seed: int = 0, quiet: bool = False) -> bool:
-    """Run exercise ``name`` with ``fn`` (a ``@triton.jit`` kernel, or for some exercises a
-    PyTorch function); print PASS or FAIL with a hint, and return whether it passed. ``seed``
-    draws the random inputs."""
+    """Run exercise ``name`` with ``fn`` (a ``@triton.jit`` kernel, or for some
+    exercises a PyTorch function); print PASS or FAIL with a hint, and return whether
+    it passed. ``seed`` draws the random inputs."""
     if name not in EXERCISES:
         raise KeyError(f"no exercise {name!r}; there are {sorted(EXERCISES)}")
     ex = EXERCISES[name]
@@ -216,20 +228,27 @@ def check(name: str, fn, *, seed: int = 0, quiet: bool = False) -> bool:
         try:
             ex.run(fn, lab, **case)
             lab.check_buffers()
-        except (
-            Exception
-        ) as e:  # a compile error, a bad launch, ... : the reader's to fix
+        # a compile error, a bad launch, ...: the reader's to fix
+        except Exception as e:  # noqa: BLE001
             lab.problems = [f"{lab.who} raised {_error_line(e)}"]
         if lab.problems:
             if not quiet:
                 print(f"{name}: FAIL on {_label(case)}")
                 for p in lab.problems:
-                    print(f"  - {p}")
+                    print(_wrapped(p, "  - ", "    "))
             return False
     if not quiet:
-        print(
-            f"{name}: PASS ({len(ex.cases)} cases: "
-            + "; ".join(_label(c) for c in ex.cases)
-            + ")"
-        )
+        cases = "; ".join(_label(c) for c in ex.cases)
+        print(_wrapped(f"{name}: PASS ({len(ex.cases)} cases: {cases})", "", "  "))
     return True
+
+
+def _wrapped(text: str, first: str, rest: str) -> str:
+    """text in lines of at most WIDTH columns (the book's column), indented."""
+    return textwrap.fill(
+        text,
+        WIDTH,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+    )

@@ -1,8 +1,10 @@
-"""Solutions to the exercises of chapters 1 to 8. Try them first: ``check`` says what is wrong.
+"""Solutions to the exercises of chapters 1 to 8. Try them first: ``check`` says what
+is wrong.
 
-Each solution keeps its starter's name and signature (``ropetut.book.exercises.ch01`` ... ``ch08``);
-only the lines between the exercise markers differ. ``python -m pytest tests/test_exercises.py``
-checks that every solution passes and every starter fails.
+Each solution keeps its starter's name and signature (``ropetut.book.exercises.ch01``
+... ``ch08``); only the lines between the exercise markers differ.
+``python -m pytest tests/test_exercises.py`` checks that every solution passes and
+every starter fails.
 """
 
 import torch
@@ -11,8 +13,7 @@ import triton.language as tl
 
 from .ch04 import rotate_heads
 
-
-# -- chapter 1 ------------------------------------------------------------------------------
+# -- chapter 1 -------------------------------------------------------------------------
 
 
 def rope_from_scratch(x, base=10000.0):
@@ -31,7 +32,7 @@ def rope_from_scratch(x, base=10000.0):
     return torch.cat([y1, y2], dim=-1)
 
 
-# -- chapter 2 ------------------------------------------------------------------------------
+# -- chapter 2 -------------------------------------------------------------------------
 
 
 def rope_heads_first(x, cos, sin):
@@ -47,7 +48,7 @@ def rope_heads_first(x, cos, sin):
     return torch.cat((y1, y2), dim=-1).type_as(x)
 
 
-# -- chapter 3 ------------------------------------------------------------------------------
+# -- chapter 3 -------------------------------------------------------------------------
 
 
 @triton.jit
@@ -112,7 +113,7 @@ def rope_any_d(
     # ---- end of exercise ----
 
 
-# -- chapter 4 ------------------------------------------------------------------------------
+# -- chapter 4 -------------------------------------------------------------------------
 
 
 @triton.jit
@@ -172,7 +173,7 @@ def rope_fused_qk(
     # ---- end of exercise ----
 
 
-# -- chapter 5 ------------------------------------------------------------------------------
+# -- chapter 5 -------------------------------------------------------------------------
 
 
 @triton.jit
@@ -255,7 +256,7 @@ def rope_inplace(
     # ---- end of exercise ----
 
 
-# -- chapter 6 ------------------------------------------------------------------------------
+# -- chapter 6 -------------------------------------------------------------------------
 
 
 @triton.jit
@@ -286,7 +287,7 @@ def rope_decode(
     )
 
 
-# -- chapter 7 ------------------------------------------------------------------------------
+# -- chapter 7 -------------------------------------------------------------------------
 
 
 @triton.jit
@@ -320,7 +321,7 @@ def rope_partial(
     # ---- end of exercise ----
 
 
-# -- chapter 8 ------------------------------------------------------------------------------
+# -- chapter 8 -------------------------------------------------------------------------
 
 
 def rope_long_context(x, positions, freqs):
