@@ -213,6 +213,7 @@ def _plain_key(
         or check_positions is not False
         or positions is not None
         or not (interleaved is True or interleaved is False)
+        or type(layout) is not str
         or type(q) is not tensor
         or type(cos) is not tensor
         or type(sin) is not tensor
@@ -224,7 +225,7 @@ def _plain_key(
     ):
         return None
     return (
-        kernel.name,
+        kernel,
         layout,
         rotary_dim,
         interleaved,

@@ -118,6 +118,42 @@ def test_what_a_passed_call_does_not_vouch_for_is_checked_again(change, error, a
     assert str(info.value).startswith(argument), str(info.value)
 
 
+def test_a_repeated_plain_call_skips_the_checks_it_passed(monkeypatch):
+    """Host time: the second plain call of the same key does not check again (the checks
+    are made to raise, and the call still passes); a call of another key does."""
+    from ropetut import validate
+
+    monkeypatch.setattr(validate, "_PASSED", {})  # (earlier tests passed other keys)
+    a = _good()
+    ropetut.apply_rope(**a)
+    monkeypatch.setattr(validate, "check_qk", lambda *args, **kw: 1 / 0)
+    ropetut.apply_rope(**a)
+    with pytest.raises(ZeroDivisionError):  # another key: interleaved pairs
+        ropetut.apply_rope(**a, interleaved=True)
+
+
+def test_a_passed_call_vouches_for_its_own_kernel_only():
+    """Two registry entries of one name are two kernels: the second's Supports are read."""
+    import dataclasses
+
+    from ropetut.kernels import KERNELS, Supports
+    from ropetut.validate import check_rope_args
+
+    a = _good()
+    float64_only = dataclasses.replace(
+        KERNELS["final"], supports=Supports(dtypes=(torch.float64,))
+    )
+    check_rope_args(a["q"], a["k"], a["cos"], a["sin"], kernel="final")
+    with pytest.raises(TypeError, match="^q: impl='final' takes"):
+        check_rope_args(a["q"], a["k"], a["cos"], a["sin"], kernel=float64_only)
+
+
+def test_an_unhashable_layout_is_named():
+    a = _good()
+    with pytest.raises(ValueError, match="^layout"):
+        ropetut.apply_rope(**a, layout=["bthd"])
+
+
 def test_a_repeated_call_gives_what_the_first_gave():
     a = _good()
     first = ropetut.apply_rope(**a, layout="bthd")

@@ -58,6 +58,8 @@ VERSIONS = (
 )
 CUTE = "cute"  # the CuTeDSL kernel (appendix): timed where nvidia-cutlass-dsl imports
 PROVIDERS = (COPY, *PEERS, *VERSIONS, CUTE)
+# the CLI's --plot: the peers a reader compares with, and the book's kernel
+PLOTTED = ("torch eager", "torch.compile", "liger", "final")
 # host_rows: what an empty autograd.Function costs
 AUTOGRAD_FLOOR = "autograd.Function floor"
 # autograd refuses in place on a leaf
@@ -841,7 +843,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--json", metavar="PATH", help="write {environment, rows, host} here"
     )
-    parser.add_argument("--plot", metavar="PATH", help="write the figure here (PNG)")
+    parser.add_argument(
+        "--plot",
+        metavar="PATH",
+        help=f"write a figure of {', '.join(PLOTTED)} here (PNG)",
+    )
     parser.add_argument(
         "--shapes",
         nargs="+",
@@ -872,12 +878,12 @@ def main(argv=None) -> int:
                 {"environment": environment(), "rows": rows, "host": host}, indent=1
             )
         )
-    if args.plot:
-        plot(rows, args.plot)
     print_table(rows)
     if host:
         print()
         print(format_host_table(host))
+    if args.plot:
+        plot(rows, args.plot, providers=PLOTTED)
     # A peer may fail (its error is in the table); one of ropetut's own versions
     # may not.
     return 1 if any(r["error"] and r["provider"] in VERSIONS for r in rows) else 0
