@@ -34,6 +34,8 @@ LEDGER_DIR_ENV = "ROPETUT_LEDGER_DIR"
 AGREE, DISAGREE = "agree", "disagree"
 NOT_MEASURED = "not measured yet"
 NOT_TESTABLE = "not testable yet"
+# the notebook the table of contents lists, unnumbered, as the appendix
+APPENDIX = "10_two_dsls"
 # an HTML id, as docutils writes a label's or heading's
 WHERE = re.compile(r"[a-z][a-z0-9-]*")
 # claim id -> {"ours", "agree", "cause", "where"}: this session's, for verdicts()
@@ -124,9 +126,9 @@ def _verdict(agree: bool):
 
 def verdicts(claim_ids):
     """One table of the verdicts this session recorded on claim_ids (claim, what the
-    seed says, ours, verdict): a cell records them with show=False, then ends with
-    this. A claim that was not recorded (its measurement was skipped) shows as not
-    measured."""
+    seed says, ours, verdict, and why: the recorded cause): a cell records them with
+    show=False, then ends with this. A claim that was not recorded (its measurement
+    was skipped) shows as not measured."""
     known = claims()
     table = []
     for claim_id in claim_ids:
@@ -137,9 +139,10 @@ def verdicts(claim_ids):
                 "says": claim["claim"],
                 "ours": found["ours"] if found else None,
                 "verdict": _verdict(found["agree"]) if found else NOT_MEASURED,
+                "why": found["cause"] if found else None,
             }
         )
-    columns = ["claim", ("says", "seed says"), "ours", "verdict"]
+    columns = ["claim", ("says", "seed says"), "ours", "verdict", "why"]
     return report.html_table(table, columns)
 
 
@@ -182,7 +185,8 @@ def rows(claims_data=None, verdicts=None) -> list:
         if claim.get("chapter") is None:
             issue = claim["issue"]
             verdict = (
-                f"{NOT_TESTABLE} — issue {issue} ({claims_data['issues'][str(issue)]})"
+                f"{NOT_TESTABLE} — open issue {issue} of this project "
+                f"({claims_data['issues'][str(issue)]})"
             )
         elif found is None:
             verdict = NOT_MEASURED
@@ -211,8 +215,9 @@ STATES = (AGREE, DISAGREE, NOT_TESTABLE, NOT_MEASURED)
 
 def page(table=None):
     """The ledger page: a summary (claims per seed, and how many of them agree,
-    disagree, are not testable yet or not measured yet), then one table per seed, each
-    claim linked to the place in its chapter that measured it. table: ``rows()``
+    disagree, are not testable yet or not measured yet), then one table per seed: each
+    claim, our measurement, the verdict, why (the recorded cause), and a link to the
+    place in its chapter that measured it. table: ``rows()``
     (the default)."""
     table = rows() if table is None else table
     seeds = sorted({r["seed"] for r in table})
@@ -224,7 +229,13 @@ def page(table=None):
     per_seed = [
         report.html_table(
             [_page_row(r) for r in table if r["seed"] == seed],
-            ["claim", ("ours", "our measurement"), "verdict", ("shown", "shown in")],
+            [
+                "claim",
+                ("ours", "our measurement"),
+                "verdict",
+                "why",
+                ("shown", "shown in"),
+            ],
             caption=f"Seed {seed}",
         )
         for seed in seeds
@@ -246,11 +257,16 @@ def _page_row(row) -> dict:
         href = f"../chapters/{row['chapter']}.html" + (
             f"#{row['where']}" if row["where"] else ""
         )
-        text = f"chapter {row['chapter'][:2]}"
+        text = (
+            "the appendix"
+            if row["chapter"] == APPENDIX
+            else f"chapter {row['chapter'][:2]}"
+        )
         shown = report.Markup(text, f'<a href="{escape(href)}">{text}</a>')
     return {
         "claim": f"{row['claim']} ({row['section']})",
         "ours": row["ours"] or None,
         "verdict": verdict,
+        "why": row["cause"] or None,
         "shown": shown,
     }
