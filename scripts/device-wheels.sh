@@ -28,7 +28,7 @@ pinned() {
   local v
   if v=$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null)
   then echo "$1==$v"
-  else grep -E "^$1([=<>~ ]|$)" requirements.txt | sed 's/ *#.*//' || echo "$1"
+  else v=$(grep -E "^$1([=<>~ ]|$)" requirements.txt | sed 's/ *#.*//'); echo "${v:-$1}"
   fi
 }
 fetch $(for p in nbformat nbclient nbval ipykernel ipywidgets; do pinned $p; done)
