@@ -26,11 +26,11 @@ def main(argv=None) -> int:
 
         return bench_main(rest)
     if args.command == "bench-qk-norm":
-        from .bench_qk_norm import main as bench_qk_norm_main
+        from .bench.qk_norm import main as bench_qk_norm_main
 
         return bench_qk_norm_main(rest)
     if args.command == "train":
-        from .train import main as train_main
+        from .training.train import main as train_main
 
         return train_main(rest)
     if rest:

@@ -1,9 +1,11 @@
-"""Which way ropetut runs its kernels: compiled on a CUDA GPU, or through Triton's interpreter on the CPU.
+"""Which way ropetut runs its kernels: compiled on a CUDA GPU, or through Triton's
+interpreter on the CPU.
 
 This module must be imported before any module that defines a ``@triton.jit`` kernel:
 ``triton.jit`` decides at decoration time whether to compile or to interpret, from the
 ``TRITON_INTERPRET`` environment variable. ``ropetut/__init__.py`` imports it first.
 """
+
 import os
 import sys
 
@@ -29,7 +31,8 @@ DEVICE = torch.device("cpu") if INTERPRETED else torch.device("cuda")
 
 
 def runtime_mode() -> str:
-    """'gpu' when kernels compile for CUDA, 'interpreter' when Triton interprets them on the CPU."""
+    """'gpu' when kernels compile for CUDA, 'interpreter' when Triton interprets
+    them on the CPU."""
     return "interpreter" if INTERPRETED else "gpu"
 
 
@@ -38,8 +41,9 @@ def on_gpu() -> bool:
 
 
 def pick(*, gpu, cpu):
-    """The GPU value on a GPU, the CPU value under the interpreter (sizes, repeat counts, ...)."""
+    """The GPU value on a GPU, the CPU value under the interpreter
+    (sizes, repeat counts, ...)."""
     return gpu if on_gpu() else cpu
 
 
-NO_GPU = "no GPU: timings skipped"   # what a timing prints under the interpreter
+NO_GPU = "no GPU: timings skipped"  # what a timing prints under the interpreter

@@ -16,7 +16,8 @@ ends with it, and the test suite runs it.
 Library source that a chapter prints counts as its source too: each ``show_source(obj)`` and
 ``show_definitions(path, *names)`` in its code cells is resolved (the cells' imports and simple
 assignments are run, nothing else) to a file and a top-level definition, or a whole module, and
-that text at the run's commit must equal the text now.
+that text at the run's commit must equal the text now (a file moved since, by ``git mv``, is
+followed back to its path at that commit).
 """
 import ast
 import inspect
@@ -115,6 +116,18 @@ def definition(text: str, name: str | None) -> str | None:
     return None
 
 
+def path_at(sha: str, rel: str, repo: Path) -> str:
+    """rel's path at sha: a file moved since (committed or staged) is followed back through
+    git's rename detection; rel itself where git saw no move."""
+    renames = subprocess.run(["git", "diff", "--name-status", "-M", "--diff-filter=R", sha],
+                             cwd=repo, capture_output=True, text=True).stdout
+    for line in renames.splitlines():
+        _, old, new = line.split("\t")
+        if new == rel:
+            return old
+    return rel
+
+
 def why_printed_stale(nb: dict, sha: str, repo: Path) -> str | None:
     """None if every definition the chapter prints is as it was at sha, else which one is not."""
     try:
@@ -125,6 +138,9 @@ def why_printed_stale(nb: dict, sha: str, repo: Path) -> str | None:
         rel = file.resolve().relative_to(repo.resolve()).as_posix()
         old = subprocess.run(["git", "show", f"{sha}:{rel}"], cwd=repo, capture_output=True,
                              text=True)
+        if old.returncode:   # not there at sha: moved since?
+            old = subprocess.run(["git", "show", f"{sha}:{path_at(sha, rel, repo)}"], cwd=repo,
+                                 capture_output=True, text=True)
         then = definition(old.stdout, name) if old.returncode == 0 else None
         now = definition(file.read_text(encoding="utf-8"), name)
         if now is None:

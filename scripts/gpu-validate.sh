@@ -78,7 +78,7 @@ import datetime, platform, subprocess
 from pathlib import Path
 import torch, triton
 from ropetut.bench import liger_version
-from ropetut.provenance import commit
+from ropetut.book.provenance import commit
 
 driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                         capture_output=True, text=True).stdout.split("\n")[0] or "unknown"
@@ -125,7 +125,7 @@ suite() {
   python3 -m pytest -q -rfEs -p no:cacheprovider ${JOBS:+-n $JOBS} tests/ 2>&1 \
     | tee "$log" || status=1
   versions=$(python3 -c 'import torch, triton
-from ropetut.provenance import commit
+from ropetut.book.provenance import commit
 print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__version__}"
       f" | triton {triton.__version__}")')
   local summary

@@ -18,15 +18,27 @@ import nbformat
 REPO = Path(__file__).resolve().parent.parent
 CHAPTERS = REPO / "chapters"
 CLONE = "ropetut-repo"
+# As ``ruff format`` writes it, and within 88 columns (for a URL of up to 76 characters):
+# formatting the chapters leaves the cell as this script wrote it. A clone that fails ends
+# the cell with one sentence saying what to set, not git's traceback.
 TEMPLATE = '''\
 try:
     import ropetut
-except ImportError:   # Colab, or a kernel without ropetut: clone the repository and import from it
-    import os, subprocess, sys
-    if not os.path.isdir("{clone}"):
-        subprocess.run(["git", "clone", "--depth", "1", "{url}", "{clone}"], check=True)
-    sys.path.insert(0, os.path.abspath("{clone}"))
-from ropetut.notebook import print_environment; print_environment()'''
+except ImportError:
+    # Colab, or a kernel without ropetut: clone the repository and import from it
+    import os
+    import subprocess
+    import sys
+
+    url = "{url}"
+    clone = "{clone}"
+    if not os.path.isdir(clone):
+        if subprocess.run(["git", "clone", "--depth", "1", url, clone]).returncode:
+            raise SystemExit(f"could not clone {{url}}: set url to ropetut's address")
+    sys.path.insert(0, os.path.abspath(clone))
+from ropetut.book.notebook import print_environment
+
+print_environment()'''
 
 
 def repository_url(config: Path = REPO / "_config.yml") -> str:

@@ -1,5 +1,6 @@
-"""The chapters as files: their install cell (Colab) and the freshness of their stored outputs.
-Mirrors scripts/sync_install_cell.py and scripts/check_fresh_outputs.py."""
+"""The chapters as files: their install cell (Colab), the freshness of their stored outputs
+(mirrors scripts/sync_install_cell.py and scripts/check_fresh_outputs.py), and that what the
+reader sees fits the book's column with no harness machinery in it."""
 import json
 import re
 import shutil
@@ -49,14 +50,25 @@ def test_install_cell_clones_the_configured_url_when_ropetut_does_not_import(mon
     calls = []
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "ropetut", None)        # import ropetut raises ImportError,
-    monkeypatch.setitem(sys.modules, "ropetut.notebook", None)   # and so does the last line's
-    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    monkeypatch.setitem(sys.modules, "ropetut.book.notebook", None)   # and the last line's
+    monkeypatch.setattr(subprocess, "run",
+                        lambda cmd, **kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0))
     monkeypatch.setattr(sys, "path", list(sys.path))
     url = "https://example.org/fork/ropetut"
     with pytest.raises(ImportError):                          # the stub cloned nothing to import
         exec(install.install_cell(url), {})
     assert calls == [["git", "clone", "--depth", "1", url, install.CLONE]]
     assert sys.path[0] == str(tmp_path / install.CLONE)
+
+
+def test_install_cell_says_what_to_set_when_the_clone_fails(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "ropetut", None)
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 128))
+    url = "https://example.org/no/such/repo"
+    with pytest.raises(SystemExit) as info:
+        exec(install.install_cell(url), {})
+    assert str(info.value) == f"could not clone {url}: set url to ropetut's address"
 
 
 def test_install_cell_does_nothing_when_ropetut_imports(monkeypatch, capsys):
@@ -139,6 +151,33 @@ def test_freshness_covers_library_source_the_chapter_prints(tmp_path, monkeypatc
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
+def test_freshness_follows_printed_source_that_moved(tmp_path, monkeypatch):
+    """A module moved by git mv after the run (committed or only staged) is compared with its
+    text at its old path: fresh while the definition is unchanged, stale once it changes."""
+    ident = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "lib").mkdir()
+    source = "def f():\n    return 1\n"
+    (tmp_path / "lib" / "moved_by_ch.py").write_text(source)
+    cell = "from moved_by_ch import f\nshow_source(f)"
+    path = tmp_path / "chapters" / "ch.ipynb"
+    path.parent.mkdir()
+    path.write_text(_notebook([cell]))
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, *ident, "commit", "-q", "-m", "chapter")
+    ran = _git(tmp_path, "rev-parse", "--short=10", "HEAD")
+    path.write_text(_notebook([cell], commit=ran))
+    (tmp_path / "lib" / "moved").mkdir()
+    _git(tmp_path, "mv", "lib/moved_by_ch.py", "lib/moved/moved_by_ch.py")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib" / "moved"))
+    assert fresh.why_stale(path, tmp_path) is None
+    _git(tmp_path, *ident, "commit", "-q", "-m", "moved")
+    assert fresh.why_stale(path, tmp_path) is None
+    (tmp_path / "lib" / "moved" / "moved_by_ch.py").write_text(source.replace("1", "2"))
+    assert "prints lib/moved/moved_by_ch.py's f, which changed" in fresh.why_stale(path, tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
 def test_freshness_ignores_the_install_cells_url_alone(tmp_path):
     """A fork points the install cell at its own URL: its stored outputs stay fresh. Any other
     edit of that cell still counts."""
@@ -193,3 +232,44 @@ def _chapters_differ_from_head() -> bool:
     out = subprocess.run(["git", "status", "--porcelain", "--", "chapters"], cwd=REPO,
                          capture_output=True, text=True)
     return bool(out.stdout.strip())
+
+
+CODE_COLUMNS = 88  # the book's column (ruff's line-length in pyproject.toml)
+OUTPUT_COLUMNS = 100  # text output lines; a cell tagged "wide-output" may exceed it
+RICHER = ("text/html", "image/png", "image/svg+xml", "text/latex",
+          "application/vnd.jupyter.widget-view+json")
+
+
+def _shown_text(output) -> tuple[str, int]:
+    """The text a page shows for one output, and its width limit: a stream, or text/plain
+    when nothing richer; markdown (library source shown by show_source) as code."""
+    if output.get("output_type") == "stream":
+        return "".join(output.get("text", "")), OUTPUT_COLUMNS
+    data = output.get("data", {})
+    if "text/markdown" in data:
+        return "".join(data["text/markdown"]), CODE_COLUMNS
+    if any(kind in data for kind in RICHER):
+        return "", OUTPUT_COLUMNS
+    return "".join(data.get("text/plain", "")), OUTPUT_COLUMNS
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_the_page_fits_the_column_and_hides_the_harness(path):
+    """Code lines fit 88 columns (library source shown as markdown too), text output lines
+    100, and nbval's markers are cell tags, never comments a reader would see."""
+    problems = []
+    for n, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        if "NBVAL" in source:
+            problems.append(f"cell {n}: an NBVAL comment (use the nbval-* cell tags)")
+        problems += [f"cell {n}: code line of {len(line)} columns"
+                     for line in source.splitlines() if len(line) > CODE_COLUMNS]
+        if "wide-output" in cell.get("metadata", {}).get("tags", []):
+            continue
+        for output in cell.get("outputs", []):
+            text, limit = _shown_text(output)
+            problems += [f"cell {n}: output line of {len(line)} columns"
+                         for line in text.splitlines() if len(line) > limit]
+    assert not problems, "\n".join(problems)

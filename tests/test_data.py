@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ropetut import data
+from ropetut.training import data
 
 
 def test_packaged_corpus_matches_its_sha256():

@@ -4,7 +4,7 @@ import torch
 from conftest import randn
 
 import ropetut
-from ropetut.model import GPTConfig, TinyGPT, make_rope
+from ropetut.training.model import GPTConfig, TinyGPT, make_rope
 
 TINY = dict(d_model=32, n_heads=2, n_layers=1, d_ff=64, max_seq_len=16)
 

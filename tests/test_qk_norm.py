@@ -6,7 +6,8 @@ import torch
 from conftest import assert_compiles_like_eager, gpu_only, randn, tables
 
 import ropetut
-from ropetut import bench, bench_qk_norm
+from ropetut import bench
+from ropetut.bench import qk_norm as bench_qk_norm
 from ropetut.check import TOLERANCE, relative_error
 from ropetut.kernels.qk_norm_rope import _fp32_pair, qk_norm_rope_forward
 from ropetut.qk_norm_op import check_qk_norm_args

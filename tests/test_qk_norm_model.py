@@ -21,8 +21,9 @@ from conftest import gpu_only
 from test_train_equivalence import batches, trains_alike, twin_models
 
 import ropetut
-from ropetut import bench, bench_qk_norm
-from ropetut.model import GPTConfig, TinyGPT
+from ropetut import bench
+from ropetut.bench import qk_norm as bench_qk_norm
+from ropetut.training.model import GPTConfig, TinyGPT
 from ropetut.qk_norm import QKNormRotary, QKNormThenRope
 from ropetut.runtime import NO_GPU
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from ropetut import stats
+from ropetut.training import stats
 
 # Student's t quantiles from published tables (scipy.stats.t.ppf's values)
 T_975 = {

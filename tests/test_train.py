@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from ropetut import train
-from ropetut.model import GPTConfig
+from ropetut.training import train
+from ropetut.training.model import GPTConfig
 
 
 def test_lr_schedule_warms_up_then_decays_to_its_floor():

@@ -16,8 +16,8 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from ropetut import train
-from ropetut.checkpoint import Paused, read_checkpoint, write_checkpoint
+from ropetut.training import train
+from ropetut.training.checkpoint import Paused, read_checkpoint, write_checkpoint
 
 from conftest import gpu_only
 

@@ -12,8 +12,8 @@ losses would drift apart over the steps.
 import torch
 
 import ropetut
-from ropetut import data, train
-from ropetut.model import GPTConfig, TinyGPT, loss_fn
+from ropetut.training import data, train
+from ropetut.training.model import GPTConfig, TinyGPT, loss_fn
 
 from conftest import gpu_only
 

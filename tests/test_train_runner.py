@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from ropetut import train
-from ropetut.notebook import REPO
+from ropetut.book.notebook import REPO
+from ropetut.training import train
 
 TWO = {"NoPE": (dict(rope="none"), {}), "RoPE": (dict(rope="final"), {})}
 

@@ -80,6 +80,92 @@ def test_bad_input_raises_and_leaves_inputs_untouched(case):
         assert torch.equal(now[name], before), f"{name} was modified"
 
 
+OUT_OF_PLACE_CASES = [name for name in CASES if name != "in place with q is k"]
+
+
+@pytest.mark.parametrize("case", OUT_OF_PLACE_CASES)
+def test_bad_input_is_refused_after_a_good_call_of_the_same_shapes(case):
+    """A plain call is checked in full once per shape, dtype, device and option (host time);
+    the same refusals hold out of place right after a good call has passed them."""
+    change, error, argument = CASES[case]
+    good = _good()
+    ropetut.apply_rope(**good)
+    args = dict(good)
+    change(args)
+    with pytest.raises(error) as info:
+        ropetut.apply_rope(**args)
+    assert str(info.value).startswith(argument), str(info.value)
+
+
+@pytest.mark.parametrize(
+    "change, error, argument",
+    [
+        (lambda a: a.update(interleaved=1), TypeError, "interleaved"),
+        (lambda a: a.update(inplace=0), TypeError, "inplace"),
+        (lambda a: a.update(rotary_dim=True), TypeError, "rotary_dim"),
+        (lambda a: a.update(cos=a["cos"].requires_grad_()), ValueError, "cos"),
+    ],
+)
+def test_what_a_passed_call_does_not_vouch_for_is_checked_again(change, error, argument):
+    """Flags that equal a passed call's only by value (1 == True) and tables that now
+    require grad are not the call that passed."""
+    good = _good()
+    ropetut.apply_rope(**good, interleaved=True)
+    args = dict(good, interleaved=True)
+    change(args)
+    with pytest.raises(error) as info:
+        ropetut.apply_rope(**args)
+    assert str(info.value).startswith(argument), str(info.value)
+
+
+def test_a_repeated_plain_call_skips_the_checks_it_passed(monkeypatch):
+    """Host time: the second plain call of the same key does not check again (the checks
+    are made to raise, and the call still passes); a call of another key does."""
+    from ropetut import validate
+
+    monkeypatch.setattr(validate, "_PASSED", {})  # (earlier tests passed other keys)
+    a = _good()
+    ropetut.apply_rope(**a)
+    monkeypatch.setattr(validate, "check_qk", lambda *args, **kw: 1 / 0)
+    ropetut.apply_rope(**a)
+    with pytest.raises(ZeroDivisionError):  # another key: interleaved pairs
+        ropetut.apply_rope(**a, interleaved=True)
+
+
+def test_a_passed_call_vouches_for_its_own_kernel_only():
+    """Two registry entries of one name are two kernels: the second's Supports are read."""
+    import dataclasses
+
+    from ropetut.kernels import KERNELS, Supports
+    from ropetut.validate import check_rope_args
+
+    a = _good()
+    float64_only = dataclasses.replace(
+        KERNELS["final"], supports=Supports(dtypes=(torch.float64,))
+    )
+    check_rope_args(a["q"], a["k"], a["cos"], a["sin"], kernel="final")
+    with pytest.raises(TypeError, match="^q: impl='final' takes"):
+        check_rope_args(a["q"], a["k"], a["cos"], a["sin"], kernel=float64_only)
+
+
+def test_an_unhashable_layout_is_named():
+    a = _good()
+    with pytest.raises(ValueError, match="^layout"):
+        ropetut.apply_rope(**a, layout=["bthd"])
+
+
+def test_a_repeated_call_gives_what_the_first_gave():
+    a = _good()
+    first = ropetut.apply_rope(**a, layout="bthd")
+    again = ropetut.apply_rope(**a, layout="bthd")
+    for x, y in zip(first, again):
+        assert torch.equal(x, y)
+    q_h, k_h = a["q"].transpose(1, 2), a["k"].transpose(1, 2)
+    for _ in range(2):
+        q_out, k_out = ropetut.apply_rope(q_h, k_h, a["cos"], a["sin"], layout="bhtd")
+        assert q_out.shape == q_h.shape and torch.equal(q_out.transpose(1, 2), first[0])
+
+
 @pytest.mark.parametrize("bad", [T, -1, 2**40])
 def test_out_of_range_position_gives_nan_and_reads_nothing_past_the_table(bad):
     """Without check_positions nothing waits for the GPU: the kernel keeps its reads inside the

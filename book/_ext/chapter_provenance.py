@@ -1,6 +1,6 @@
 """Sphinx extension for book/reproducibility.md: where each chapter's stored outputs came from.
 
-Every chapter's first code cell prints its environment (``ropetut.notebook.print_environment``:
+Every chapter's first code cell prints its environment (``ropetut.book.notebook.print_environment``:
 one ``key  value`` line each for device, mode, torch, triton, python and ropetut commit). The
 directive ``{chapter-provenance}`` reads those lines from each notebook in ``chapters/``, as
 stored, and sets them out as one table: a chapter re-executed later than the others shows its

@@ -21,9 +21,10 @@ What it changes from ``final``, and why:
   rounding of inv_freq / 2pi (1e-16 relative) costs 3e-6. A position outside
   [0, 2**36) gets NaN, as ``final`` gives NaN for a row outside its table.
 - fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product.
-Everything else is ``final``'s: GQA, half-split or interleaved pairs, partial rotary
-(the pass-through dims copied out of place), in place, any strides, int64 offsets for
-big tensors, backward as a turn by -theta.
+Everything else is ``final``'s: GQA, half-split or interleaved pairs (an interleaved
+row loaded and stored whole, split into its even and odd dims in registers), partial
+rotary (the pass-through dims copied out of place), in place, any strides, int64 offsets
+for big tensors, backward as a turn by -theta.
 """
 
 import math
@@ -32,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .final import _copy_pass_dims, _last_offset
+from .final import _copy_pass_dims, _last_offset, _load_pairs, _store_pairs
 from .tiles import tile_sizes
 
 MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
@@ -118,10 +119,6 @@ def rope_angles_kernel(
     sin = tl.where(in_range & ti_mask, tl.sin(angle), float("nan"))
     if BACKWARD:
         sin = -sin
-    if INTERLEAVED:
-        d1, d2 = 2 * i, 2 * i + 1
-    else:
-        d1, d2 = i, i + HALF
     q_tok, qo_tok = q_ptr + b * sqb + t * sqt, qo_ptr + b * sqob + t * sqot
     k_tok, ko_tok = k_ptr + b * skb + t * skt, ko_ptr + b * skob + t * skot
     # HQ >= HK: a block of q heads, the same of k heads
@@ -129,30 +126,24 @@ def rope_angles_kernel(
         h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
         if WIDE:
             h = h.to(tl.int64)
-        q_mask, k_mask = ti_mask & (h < HQ), ti_mask & (h < HK)
+        q_mask, k_mask = tok_mask & (h < HQ), tok_mask & (h < HK)
         q_row, qo_row = q_tok + h * sqh, qo_tok + h * sqoh
         k_row, ko_row = k_tok + h * skh, ko_tok + h * skoh
-        q1 = tl.load(q_row + d1 * sqd, mask=q_mask).to(cos.dtype)
-        q2 = tl.load(q_row + d2 * sqd, mask=q_mask).to(cos.dtype)
-        k1 = tl.load(k_row + d1 * skd, mask=k_mask).to(cos.dtype)
-        k2 = tl.load(k_row + d2 * skd, mask=k_mask).to(cos.dtype)
+        q1, q2 = _load_pairs(q_row, sqd, q_mask, i, HALF, INTERLEAVED)
+        k1, k2 = _load_pairs(k_row, skd, k_mask, i, HALF, INTERLEAVED)
+        q1, q2 = q1.to(cos.dtype), q2.to(cos.dtype)
+        k1, k2 = k1.to(cos.dtype), k2.to(cos.dtype)
         # (the output dtypes inline: a tuple of dtypes assigned in the loop does not
         # compile for sm_90, though the interpreter takes it)
         q_out1 = (q1 * cos - q2 * sin).to(qo_ptr.dtype.element_ty)
         q_out2 = (q2 * cos + q1 * sin).to(qo_ptr.dtype.element_ty)
         k_out1 = (k1 * cos - k2 * sin).to(ko_ptr.dtype.element_ty)
         k_out2 = (k2 * cos + k1 * sin).to(ko_ptr.dtype.element_ty)
-        tl.store(qo_row + d1 * sqod, q_out1, mask=q_mask)
-        tl.store(qo_row + d2 * sqod, q_out2, mask=q_mask)
-        tl.store(ko_row + d1 * skod, k_out1, mask=k_mask)
-        tl.store(ko_row + d2 * skod, k_out2, mask=k_mask)
+        _store_pairs(qo_row, sqod, q_mask, i, HALF, q_out1, q_out2, INTERLEAVED)
+        _store_pairs(ko_row, skod, k_mask, i, HALF, k_out1, k_out2, INTERLEAVED)
         if COPY_PASS:
-            _copy_pass_dims(
-                q_row, qo_row, tok_mask & (h < HQ), R, D, sqd, sqod, BLOCK_PASS
-            )
-            _copy_pass_dims(
-                k_row, ko_row, tok_mask & (h < HK), R, D, skd, skod, BLOCK_PASS
-            )
+            _copy_pass_dims(q_row, qo_row, q_mask, R, D, sqd, sqod, BLOCK_PASS)
+            _copy_pass_dims(k_row, ko_row, k_mask, R, D, skd, skod, BLOCK_PASS)
 
 
 PAIRS_PER_TILE, NUM_WARPS = 2048, 8  # final's, not yet tuned for this kernel

@@ -14,6 +14,8 @@ It keeps final's options: half-split or interleaved pairs, GQA, positions (a pos
 outside the table loads NaN, so that token's output is NaN; nothing waits for the GPU),
 partial rotary, any strides, int64 offsets past 2**31 elements. A row is loaded as its
 rotary pairs (x1, x2) and its pass-through dims: the norm and the turn share one load.
+Interleaved pairs, as in final, are one contiguous load of the R rotary dims, split in
+registers into the even and odd dims (and joined back for one contiguous store).
 
 In place (y written over x) is safe for the same reason as final's: each program loads a
 whole row before it stores it, and no two programs share a row. It is forward only: the
@@ -44,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .final import _last_offset
+from .final import _last_offset, _load_pairs, _store_pairs
 from .tiles import tile_sizes
 
 
@@ -116,16 +118,12 @@ def _forward_heads(
 ):
     """Normalise, weight and turn all H heads of the tile's tokens, BLOCK_H heads at a
     time."""
-    if INTERLEAVED:
-        d1, d2 = 2 * i, 2 * i + 1
-    else:
-        d1, d2 = i, i + HALF
     d_pass = R + p
-    i_mask, p_mask = i < HALF, d_pass < D
+    p_mask = d_pass < D
     offset = tl.cast(offset, cos.dtype) + offset_lo  # fp64 keeps both halves
     eps = tl.cast(eps, cos.dtype) + eps_lo
-    w1 = tl.load(w_ptr + d1, mask=i_mask, other=0).to(cos.dtype) + offset
-    w2 = tl.load(w_ptr + d2, mask=i_mask, other=0).to(cos.dtype) + offset
+    w1, w2 = _load_pairs(w_ptr, 1, True, i, HALF, INTERLEAVED, 0)
+    w1, w2 = w1.to(cos.dtype) + offset, w2.to(cos.dtype) + offset
     wp = tl.load(w_ptr + d_pass, mask=p_mask, other=0).to(cos.dtype) + offset
     x_tok, o_tok = x_ptr + b * sxb + t * sxt, o_ptr + b * sob + t * sot
     for h0 in range(0, H, BLOCK_H):
@@ -134,8 +132,8 @@ def _forward_heads(
             h = h.to(tl.int64)
         row_mask = (t < T) & (h < H)
         x_row, o_row = x_tok + h * sxh, o_tok + h * soh
-        x1 = tl.load(x_row + d1 * sxd, mask=row_mask & i_mask, other=0).to(cos.dtype)
-        x2 = tl.load(x_row + d2 * sxd, mask=row_mask & i_mask, other=0).to(cos.dtype)
+        x1, x2 = _load_pairs(x_row, sxd, row_mask, i, HALF, INTERLEAVED, 0)
+        x1, x2 = x1.to(cos.dtype), x2.to(cos.dtype)
         squares = tl.sum(x1 * x1 + x2 * x2, axis=2, keep_dims=True)
         if HAS_PASS:
             xp = tl.load(x_row + d_pass * sxd, mask=row_mask & p_mask, other=0).to(
@@ -145,12 +143,8 @@ def _forward_heads(
         rstd = 1 / tl.sqrt(squares / D + eps)  # (BLOCK_T, BLOCK_H, 1)
         n1, n2 = x1 * rstd * w1, x2 * rstd * w2
         out = o_ptr.dtype.element_ty
-        tl.store(
-            o_row + d1 * sod, (n1 * cos - n2 * sin).to(out), mask=row_mask & i_mask
-        )
-        tl.store(
-            o_row + d2 * sod, (n2 * cos + n1 * sin).to(out), mask=row_mask & i_mask
-        )
+        y1, y2 = (n1 * cos - n2 * sin).to(out), (n2 * cos + n1 * sin).to(out)
+        _store_pairs(o_row, sod, row_mask, i, HALF, y1, y2, INTERLEAVED)
         if HAS_PASS:
             tl.store(
                 o_row + d_pass * sod, (xp * rstd * wp).to(out), mask=row_mask & p_mask
@@ -337,16 +331,12 @@ def _backward_heads(
     """dx for all H heads of the tile's tokens; returns their share of dw, (1, 1, BLOCK)
     each for the first and second dims of the pairs and for the pass dims, in the
     compute dtype."""
-    if INTERLEAVED:
-        d1, d2 = 2 * i, 2 * i + 1
-    else:
-        d1, d2 = i, i + HALF
     d_pass = R + p
     i_mask, p_mask = i < HALF, d_pass < D
     offset = tl.cast(offset, cos.dtype) + offset_lo  # fp64 keeps both halves
     eps = tl.cast(eps, cos.dtype) + eps_lo
-    w1 = tl.load(w_ptr + d1, mask=i_mask, other=0).to(cos.dtype) + offset
-    w2 = tl.load(w_ptr + d2, mask=i_mask, other=0).to(cos.dtype) + offset
+    w1, w2 = _load_pairs(w_ptr, 1, True, i, HALF, INTERLEAVED, 0)
+    w1, w2 = w1.to(cos.dtype) + offset, w2.to(cos.dtype) + offset
     wp = tl.load(w_ptr + d_pass, mask=p_mask, other=0).to(cos.dtype) + offset
     dw1 = tl.zeros(w1.shape, cos.dtype)
     dw2 = tl.zeros(w2.shape, cos.dtype)
@@ -363,10 +353,10 @@ def _backward_heads(
         row_mask = (t < T) & (h < H)
         mask, pmask = row_mask & i_mask, row_mask & p_mask
         x_row, dy_row, dx_row = x_tok + h * sxh, dy_tok + h * syh, dx_tok + h * sdh
-        x1 = tl.load(x_row + d1 * sxd, mask=mask, other=0).to(cos.dtype)
-        x2 = tl.load(x_row + d2 * sxd, mask=mask, other=0).to(cos.dtype)
-        dy1 = tl.load(dy_row + d1 * syd, mask=mask, other=0).to(cos.dtype)
-        dy2 = tl.load(dy_row + d2 * syd, mask=mask, other=0).to(cos.dtype)
+        x1, x2 = _load_pairs(x_row, sxd, row_mask, i, HALF, INTERLEAVED, 0)
+        dy1, dy2 = _load_pairs(dy_row, syd, row_mask, i, HALF, INTERLEAVED, 0)
+        x1, x2 = x1.to(cos.dtype), x2.to(cos.dtype)
+        dy1, dy2 = dy1.to(cos.dtype), dy2.to(cos.dtype)
         # g: the gradient of n, dy turned back by -theta. Lanes outside the tile read a
         # NaN table entry: zero them, or they would reach the row's mean and dw.
         g1 = tl.where(mask, dy1 * cos + dy2 * sin, 0)
@@ -389,8 +379,9 @@ def _backward_heads(
             dot += tl.sum(gp * wp * xhp, axis=2, keep_dims=True)
         mean = dot / D
         out = dx_ptr.dtype.element_ty
-        tl.store(dx_row + d1 * sdd, (rstd * (g1 * w1 - xh1 * mean)).to(out), mask=mask)
-        tl.store(dx_row + d2 * sdd, (rstd * (g2 * w2 - xh2 * mean)).to(out), mask=mask)
+        dx1 = (rstd * (g1 * w1 - xh1 * mean)).to(out)
+        dx2 = (rstd * (g2 * w2 - xh2 * mean)).to(out)
+        _store_pairs(dx_row, sdd, row_mask, i, HALF, dx1, dx2, INTERLEAVED)
         if HAS_PASS:
             tl.store(
                 dx_row + d_pass * sdd,
@@ -405,22 +396,21 @@ def _store_dw(
     part_ptr,
     pid,
     D,
-    d1,
-    d2,
+    i,
+    HALF,
     d_pass,
-    i_mask,
     p_mask,
     dw1,
     dw2,
     dwp,
+    INTERLEAVED: tl.constexpr,
     HAS_PASS: tl.constexpr,
 ):
     """This program's share of dw: row pid of the (n_programs, D) buffer (fp32; fp64 for
     fp64 inputs)."""
     row = part_ptr + pid * D
     acc = part_ptr.dtype.element_ty
-    tl.store(row + d1, dw1.to(acc), mask=i_mask)
-    tl.store(row + d2, dw2.to(acc), mask=i_mask)
+    _store_pairs(row, 1, True, i, HALF, dw1.to(acc), dw2.to(acc), INTERLEAVED)
     if HAS_PASS:
         tl.store(row + d_pass, dwp.to(acc), mask=p_mask)
 
@@ -497,10 +487,6 @@ def qk_norm_rope_bwd_kernel(
     pid = tl.program_id(0)
     i = tl.arange(0, BLOCK_HALF)[None, None, :]
     p = tl.arange(0, BLOCK_PASS)[None, None, :]
-    if INTERLEAVED:
-        d1, d2 = 2 * i, 2 * i + 1
-    else:
-        d1, d2 = i, i + HALF
     d_pass = R + p
     acc_dt = tl.float64 if FP64 else tl.float32
     dwq1 = tl.zeros((1, 1, BLOCK_HALF), acc_dt)
@@ -606,12 +592,34 @@ def qk_norm_rope_bwd_kernel(
             BLOCK_H,
         )
         dwk1, dwk2, dwkp = dwk1 + a1, dwk2 + a2, dwkp + ap
-    i_mask, p_mask = i < HALF, d_pass < D
+    p_mask = d_pass < D
     _store_dw(
-        dwq_ptr, pid, D, d1, d2, d_pass, i_mask, p_mask, dwq1, dwq2, dwqp, HAS_PASS
+        dwq_ptr,
+        pid,
+        D,
+        i,
+        HALF,
+        d_pass,
+        p_mask,
+        dwq1,
+        dwq2,
+        dwqp,
+        INTERLEAVED,
+        HAS_PASS,
     )
     _store_dw(
-        dwk_ptr, pid, D, d1, d2, d_pass, i_mask, p_mask, dwk1, dwk2, dwkp, HAS_PASS
+        dwk_ptr,
+        pid,
+        D,
+        i,
+        HALF,
+        d_pass,
+        p_mask,
+        dwk1,
+        dwk2,
+        dwkp,
+        INTERLEAVED,
+        HAS_PASS,
     )
 
 

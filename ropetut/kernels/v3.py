@@ -1,11 +1,12 @@
 """V3: the seed's finer 3-D grid, (B*H, T, ceil(D/2 / 32)), 32 pairs per program.
 
 What changed from V2, and why it was tried: more, smaller programs should mean more
-parallelism. It is correct, and slower: each program moves only 32 pairs (128 bytes per half
-in fp16), so launch and scheduling overhead, index arithmetic and the cos/sin loads (now
-repeated for every head) are paid per few bytes. This is over-decomposition: the GPU already
-had more than enough programs in V2 to fill every SM.
+parallelism. It is correct, and slower: each program moves only 32 pairs (128 bytes per
+half in fp16), so launch and scheduling overhead, index arithmetic and the cos/sin loads
+(now repeated for every head) are paid per few bytes. This is over-decomposition: the
+GPU already had more than enough programs in V2 to fill every SM.
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -15,14 +16,26 @@ PAIRS_PER_PROGRAM = 32
 
 @triton.jit
 def rope_v3_kernel(
-    x_ptr, out_ptr, cos_ptr, sin_ptr,
-    H, HALF,
-    sxb, sxt, sxh, sxd,                # x strides, (B, T, H, D)
-    sob, sot, soh, sod,                # out strides
-    s_cos,                             # row stride of cos/sin: (n_positions, HALF)
+    x_ptr,
+    out_ptr,
+    cos_ptr,
+    sin_ptr,
+    H,
+    HALF,
+    # x strides, (B, T, H, D)
+    sxb,
+    sxt,
+    sxh,
+    sxd,
+    # out strides
+    sob,
+    sot,
+    soh,
+    sod,
+    s_cos,  # row stride of cos/sin: (n_positions, HALF)
     BLOCK: tl.constexpr,
 ):
-    bh = tl.program_id(0)              # b * H + h
+    bh = tl.program_id(0)  # b * H + h
     t = tl.program_id(1)
     i = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
     b = bh // H
@@ -40,13 +53,23 @@ def rope_v3_kernel(
     tl.store(o_row + (i + HALF) * sod, y2.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def rope_v3(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """x, out: (B, T, H, D), any strides. cos, sin: (n_positions >= T, D/2), contiguous."""
+def rope_v3(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor:
+    """x, out: (B, T, H, D), any strides.
+    cos, sin: (n_positions >= T, D/2), contiguous."""
     B, T, H, D = x.shape
     grid = (B * H, T, triton.cdiv(D // 2, PAIRS_PER_PROGRAM))
     rope_v3_kernel[grid](
-        x, out, cos, sin, H, D // 2,
-        *x.stride(), *out.stride(), cos.stride(0),
+        x,
+        out,
+        cos,
+        sin,
+        H,
+        D // 2,
+        *x.stride(),
+        *out.stride(),
+        cos.stride(0),
         BLOCK=PAIRS_PER_PROGRAM,
     )
     return out

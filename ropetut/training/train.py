@@ -49,11 +49,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..book.provenance import environment
+from ..runtime import DEVICE, on_gpu
 from .checkpoint import Paused, read_checkpoint, replace_atomically, write_checkpoint
 from .data import load_corpus, make_split, train_batches, windows
 from .model import ROPES, GPTConfig, TinyGPT, loss_fn
-from .provenance import environment
-from .runtime import DEVICE, on_gpu
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,8 @@ class TrainConfig:
     min_lr_fraction: float = 0.1  # cosine decay ends at this fraction of lr
     weight_decay: float = 0.1
     seed: int = 0  # model initialisation and batch order
-    overlapping_split: bool = (
-        False  # confound 3: the seed's random split of overlapping windows
-    )
+    # confound 3: the seed's random split of overlapping windows
+    overlapping_split: bool = False
     eval_every: int = 25
     eval_windows: int = 16  # validation windows for the curve's points
     final_eval_windows: int = 128  # and for the final numbers
@@ -337,51 +336,55 @@ def train(
 
 
 # The study. Each entry: name -> (changes to GPTConfig(), changes to TrainConfig()).
-# The seed's two models, with all three confounds: its PyTorch baseline fed (B, H, T,
-# D), its Triton model without a backward, both on overlapping windows split at random.
-SEED_BASELINE = dict(rope="torch", rotate_by_head_index=True)
-SEED_TRITON = dict(rope="v2", preset="standard", detach_rope=True)
-OVERLAP = dict(overlapping_split=True)
+# The seed's two models, with all three confounds: its PyTorch baseline fed
+# (B, H, T, D), its Triton model without a backward, both on overlapping windows
+# split at random.
+SEED_BASELINE = {"rope": "torch", "rotate_by_head_index": True}
+SEED_TRITON = {"rope": "v2", "preset": "standard", "detach_rope": True}
+OVERLAP = {"overlapping_split": True}
 STUDIES = {
     "plot_twist": {
         # (a) the seed's pattern
         "seed baseline (3 confounds)": (SEED_BASELINE, OVERLAP),
         "seed triton (3 confounds)": (SEED_TRITON, OVERLAP),
         # (b) one confound switched off at a time
-        "seed baseline, by position": (dict(rope="torch"), OVERLAP),
-        "seed triton, with gradient": (dict(rope="v2", preset="standard"), OVERLAP),
+        "seed baseline, by position": ({"rope": "torch"}, OVERLAP),
+        "seed triton, with gradient": ({"rope": "v2", "preset": "standard"}, OVERLAP),
         "seed baseline, disjoint split": (SEED_BASELINE, {}),
         "seed triton, disjoint split": (SEED_TRITON, {}),
         # (c) the controlled study: correct code, disjoint split, one change at a time
-        "NoPE": (dict(rope="none"), {}),
-        "RoPE base 10000": (dict(rope="final", preset="standard"), {}),
-        "half-truncated base 10000": (dict(rope="final", preset="half_truncated"), {}),
-        "half-truncated base 1024": (
-            dict(rope="final", preset="half_truncated", base=1024.0),
+        "NoPE": ({"rope": "none"}, {}),
+        "RoPE base 10000": ({"rope": "final", "preset": "standard"}, {}),
+        "half-truncated base 10000": (
+            {"rope": "final", "preset": "half_truncated"},
             {},
         ),
-        "torch baseline (seed math, fp32)": (dict(rope="torch"), {}),
+        "half-truncated base 1024": (
+            {"rope": "final", "preset": "half_truncated", "base": 1024.0},
+            {},
+        ),
+        "torch baseline (seed math, fp32)": ({"rope": "torch"}, {}),
         "torch baseline (seed math, fp16)": (
-            dict(rope="torch", rope_dtype="float16"),
+            {"rope": "torch", "rope_dtype": "float16"},
             {},
         ),
         "triton final (seed math)": (
-            dict(rope="final", preset="half_truncated", negative_angle=True),
+            {"rope": "final", "preset": "half_truncated", "negative_angle": True},
             {},
         ),
     },
 }
 # A configuration small enough for Triton's interpreter on a CPU (CI trains it).
 TINY = (
-    dict(d_model=32, n_heads=2, n_layers=1, d_ff=64, max_seq_len=16),
-    dict(
-        steps=8,
-        batch_size=4,
-        warmup_steps=2,
-        eval_every=4,
-        eval_windows=4,
-        final_eval_windows=8,
-    ),
+    {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "max_seq_len": 16},
+    {
+        "steps": 8,
+        "batch_size": 4,
+        "warmup_steps": 2,
+        "eval_every": 4,
+        "eval_windows": 4,
+        "final_eval_windows": 8,
+    },
 )
 
 
@@ -706,10 +709,11 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 
 def format_summary(rows) -> str:
-    lines = [
+    header = (
         f"{'configuration':34} {'seeds':>5} {'val loss':>15} {'accuracy':>15} "
         f"{'perplexity':>13} {'train s':>7} {'tokens/s':>9} {'val seen':>8}"
-    ]
+    )
+    lines = [header]
     for r in rows:
         lines.append(
             f"{r['name']:34} {r['seeds']:5d} "
@@ -853,7 +857,7 @@ def main(argv=None) -> int:
             for seed in args.seeds:
                 model_config, train_config = configs(
                     model_changes,
-                    dict(overlapping_split=args.overlapping_split),
+                    {"overlapping_split": args.overlapping_split},
                     seed=seed,
                     tiny=args.tiny,
                 )

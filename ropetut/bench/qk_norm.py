@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from . import bench
-from .qk_norm import apply_qk_norm_rope
-from .runtime import DEVICE, NO_GPU, on_gpu
-from .tables import rope_tables, standard
+from .. import bench
+from ..qk_norm import apply_qk_norm_rope
+from ..runtime import DEVICE, NO_GPU, on_gpu
+from ..tables import rope_tables, standard
 
 FUSED, LIGER, EAGER, COMPILED = "fused", "liger", "torch eager", "torch.compile"
 PROVIDERS = (bench.COPY, FUSED, LIGER, EAGER, COMPILED)
