@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ropetut
-from ropetut.book.exercises import EXERCISES, check
+from ropetut.book.exercises import EXERCISES, check, passes
 from ropetut.book.exercises.check import Lab, fn_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,17 +52,24 @@ def test_every_exercise_is_tested_and_complete():
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_solution_passes(name, seed, capsys):
-    assert check(name, EXERCISES[name].solution, seed=seed)
+    assert passes(name, EXERCISES[name].solution, seed=seed)
     assert capsys.readouterr().out.startswith(f"{name}: PASS")
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_starter_fails_with_its_hint(name, capsys):
-    assert not check(name, EXERCISES[name].starter)
+    assert not passes(name, EXERCISES[name].starter)
     out = capsys.readouterr().out
     assert out.startswith(f"{name}: FAIL on "), out
     assert STARTER_HINTS[name] in " ".join(out.split()), out  # (wrapped to the column)
     assert max(map(len, out.splitlines())) <= 88, out
+
+
+def test_check_shows_only_the_verdict(capsys):
+    """A chapter's check cell shows the verdict and no stray False: nbval runs cells outside
+    IPython's history, where a trailing ';' does not hide a returned value."""
+    assert check("ch03.interleaved", EXERCISES["ch03.interleaved"].starter) is None
+    assert capsys.readouterr().out.startswith("ch03.interleaved: FAIL on ")
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))
@@ -100,7 +107,7 @@ def _tables_left_in_float64(x, positions, freqs):
 ])
 def test_half_done_function_gets_its_hint(name, fn, hint, capsys):
     """A PyTorch exercise checks a plain function the way it checks a kernel."""
-    assert not check(name, fn)
+    assert not passes(name, fn)
     assert hint in capsys.readouterr().out
 
 

@@ -11,7 +11,8 @@ PyTorch functions; 3 to 7 for kernels.
 - ``ch01`` ... ``ch08``: the starters (each chapter's exercise cells hold copies of
   them, for you to edit) and their launchers;
 - ``solutions``: the solutions, one per starter, with the same names;
-- ``check``: the check, and ``EXERCISES``, every exercise by name.
+- ``check``: the check (``passes`` is the same, returning whether it passed), and
+  ``EXERCISES``, every exercise by name.
 
 >>> from ropetut.book.exercises import check, solutions
 >>> check("ch03.interleaved", solutions.rope_interleaved)        # doctest: +SKIP
@@ -22,7 +23,7 @@ ch03.interleaved: PASS (2 cases: T=4, H=2, D=32; T=5, H=3, D=96)
 from ... import runtime  # noqa: F401
 from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, solutions
 from .ch04 import rotate_heads
-from .check import EXERCISES, check, fn_name
+from .check import EXERCISES, check, fn_name, passes
 
 for _name, _starter in {
     "ch01.from_scratch": ch01.rope_from_scratch,
@@ -41,4 +42,4 @@ for _name, _starter in {
     EXERCISES[_name].starter = _starter
     EXERCISES[_name].solution = getattr(solutions, fn_name(_starter))
 
-__all__ = ["EXERCISES", "check", "rotate_heads", "solutions"]
+__all__ = ["EXERCISES", "check", "passes", "rotate_heads", "solutions"]

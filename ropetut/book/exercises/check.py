@@ -214,7 +214,7 @@ def _error_line(e: Exception) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def check(name: str, fn, *, seed: int = 0, quiet: bool = False) -> bool:
+def passes(name: str, fn, *, seed: int = 0) -> bool:
     """Run exercise ``name`` with ``fn`` (a ``@triton.jit`` kernel, or for some
     exercises a PyTorch function); print PASS or FAIL with a hint, and return whether
     it passed. ``seed`` draws the random inputs."""
@@ -232,15 +232,20 @@ def check(name: str, fn, *, seed: int = 0, quiet: bool = False) -> bool:
         except Exception as e:  # noqa: BLE001
             lab.problems = [f"{lab.who} raised {_error_line(e)}"]
         if lab.problems:
-            if not quiet:
-                print(f"{name}: FAIL on {_label(case)}")
-                for p in lab.problems:
-                    print(_wrapped(p, "  - ", "    "))
+            print(f"{name}: FAIL on {_label(case)}")
+            for p in lab.problems:
+                print(_wrapped(p, "  - ", "    "))
             return False
-    if not quiet:
-        cases = "; ".join(_label(c) for c in ex.cases)
-        print(_wrapped(f"{name}: PASS ({len(ex.cases)} cases: {cases})", "", "  "))
+    cases = "; ".join(_label(c) for c in ex.cases)
+    print(_wrapped(f"{name}: PASS ({len(ex.cases)} cases: {cases})", "", "  "))
     return True
+
+
+def check(name: str, fn, *, seed: int = 0) -> None:
+    """``passes`` for a notebook cell: it prints the verdict and returns nothing, so the
+    cell shows no stray ``True``/``False`` (nbval runs cells outside IPython's history,
+    where a trailing ``;`` does not hide a value)."""
+    passes(name, fn, seed=seed)
 
 
 def _wrapped(text: str, first: str, rest: str) -> str:
