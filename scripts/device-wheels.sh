@@ -3,7 +3,8 @@
 #
 # The GPU machine's image (Python 3.12, torch 2.11, triton 3.6) lacks what the suite's
 # Jupyter-bound modules and the chapters need (nbformat, nbclient, nbval, ipykernel,
-# ipywidgets and their dependencies) and Liger-Kernel, the benchmarks' peer. This puts
+# ipywidgets and their dependencies; docutils, which test_ledger uses to name a page's
+# places as the book does) and Liger-Kernel, the benchmarks' peer. This puts
 # them in .whl/ (git-ignored, ~13 MiB), which scripts/gpu-validate.sh installs into
 # /tmp/site: name ".whl" in the device call's carry. Packages the image already has
 # (pytest, packaging, psutil, pygments, ...) are left out, so the image's versions stay.
@@ -31,7 +32,7 @@ pinned() {
   else v=$(grep -E "^$1([=<>~ ]|$)" requirements.txt | sed 's/ *#.*//'); echo "${v:-$1}"
   fi
 }
-fetch $(for p in nbformat nbclient nbval ipykernel ipywidgets; do pinned $p; done)
+fetch $(for p in nbformat nbclient nbval ipykernel ipywidgets docutils; do pinned $p; done)
 fetch --no-deps "liger-kernel==$LIGER"
 # on the image already (KINDS.md's package list): keep its versions
 on_image=(attrs coverage iniconfig packaging pluggy psutil pygments pytest python_dateutil
