@@ -20,7 +20,10 @@
 #             torch 2.11 is built for Triton 3.6, so torch.compile tests may fail there for
 #             reasons outside ropetut: compare with the tests step's counts.
 # STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh; CHAPTERS
-# (paths) limits the chapters and nbval steps to those notebooks.
+# (paths) limits the chapters and nbval steps to those notebooks. With OUT set, the chapters
+# step leaves $OUT/chapters.tgz (notebooks, results/ledger, results/training_h100). A later
+# call carries the working tree again and overwrites what the machine had: unpack the archive
+# here before the next call, or the next call's ledger files are this tree's older ones.
 # Wheels in .whl/ (scripts/device-wheels.sh: Liger, nbformat, nbval, ipykernel, ...) are
 # installed into /tmp/site first; carry ".whl" (with a Triton part it is over the 64 MiB a call
 # carries: then export PYTHONPATH=/tmp/site on the still-warm machine instead). CuTeDSL, for
@@ -97,6 +100,11 @@ EOF
 step check python3 -m ropetut check
 # shellcheck disable=SC2086
 step chapters python3 scripts/execute_chapters.py ${CHAPTERS:-}
+# the device tool brings back at most 8 files from $OUT: the executed notebooks, their
+# verdicts and training runs come back as one archive (tar -xzf chapters.tgz at the root)
+if [[ -n "${OUT:-}" && " $STEPS " == *" chapters "* ]]; then
+  tar -czf "$OUT/chapters.tgz" chapters/*.ipynb results/ledger results/training_h100
+fi
 # nbval re-executes the chapters: their verdicts go to a scratch folder, so the ledger page is
 # compared with the verdicts of the run that stored the outputs, not with this re-run's timings
 # NBVAL_JOBS=N: N pytest processes, each over every Nth notebook. Outputs checked by nbval
