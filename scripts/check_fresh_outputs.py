@@ -73,14 +73,13 @@ def printed_sources(nb: dict) -> list:
     calls = [node for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Call)
              and isinstance(node.func, ast.Name)
              and node.func.id in ("show_source", "show_definitions")]
-    loops = {node.target.id: [ast.unparse(e) for e in node.iter.elts]   # for f in (a, b):
+    loops = {node.target.id: node.iter.elts   # for f in (a, b): show_source(f)
              for tree in trees for node in ast.walk(tree) if isinstance(node, ast.For)
              and isinstance(node.target, ast.Name)
              and isinstance(node.iter, (ast.Tuple, ast.List))}
-    used = {n.id for call in calls for a in call.args for n in ast.walk(a)
-            if isinstance(n, ast.Name)}
-    used |= {n.id for elements in loops.values() for e in elements
-             for n in ast.walk(ast.parse(e)) if isinstance(n, ast.Name)}
+    arguments = [a for call in calls for a in call.args] + [
+        e for elements in loops.values() for e in elements]
+    used = {n.id for a in arguments for n in ast.walk(a) if isinstance(n, ast.Name)}
     namespace: dict = {}
     for tree in trees:   # the imports, and assignments to names the calls use: nothing else
         for node in tree.body:
@@ -96,8 +95,8 @@ def printed_sources(nb: dict) -> list:
         args = [ast.unparse(a) for a in node.args]
         try:
             if node.func.id == "show_source":   # a loop variable: each of its values
-                for expr in loops.get(args[0], args[:1]):
-                    obj = eval(expr, namespace)
+                for expr in loops.get(args[0], node.args[:1]):
+                    obj = eval(ast.unparse(expr), namespace)
                     obj = getattr(obj, "fn", obj)   # a @triton.jit kernel
                     name = None if isinstance(obj, types.ModuleType) else obj.__qualname__
                     shown.append((Path(inspect.getsourcefile(obj)), name))
