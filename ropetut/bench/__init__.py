@@ -33,6 +33,8 @@ from functools import partial
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 from tqdm.auto import tqdm
 from triton.testing import do_bench
 
@@ -288,11 +290,33 @@ def peak_mem_mb(fn, inputs) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
+@triton.jit
+def copy_kernel(src, dst, N, BLOCK: tl.constexpr):
+    """dst[:N] = src[:N], BLOCK elements a program."""
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offsets, tl.load(src + offsets, mask=offsets < N), mask=offsets < N)
+
+
 def copy(*tensors):
     """The floor: a device copy of every input (q, k; for fwd+bwd also the gradients
-    gq, gk)."""
-    with torch.no_grad():
-        return [t.clone() for t in tensors]
+    gq, gk), each by one launch of a copy kernel on the SMs, as RoPE's kernels run.
+    Not ``clone()``: that is a cudaMemcpy, which a CUDA graph captures as a memcpy
+    node, and that node was slower than an SM copy on the H100 at a shape of 1 GiB
+    (``scripts/probe_copy_floor.py``, ``results/copy_floor_h100.txt``)."""
+    outs = []
+    for t in tensors:
+        if not t.is_contiguous():
+            raise ValueError("copy: the floor copies contiguous tensors")
+        out = torch.empty_like(t)
+        n = t.numel()
+        copy_kernel[(triton.cdiv(n, COPY_BLOCK),)](
+            t.detach(), out, n, BLOCK=COPY_BLOCK, num_warps=8
+        )
+        outs.append(out)
+    return outs
+
+
+COPY_BLOCK = 8192
 
 
 def copy_floor_ms(shape: Shape, mode: str, *, graphed: bool = False) -> float:
@@ -425,10 +449,16 @@ def supports(name: str, shape: Shape, mode: str) -> bool:
 
 
 def measure(
-    name: str, shape: Shape, mode: str, floor_ms: float, graph_floor_ms: float | None
+    name: str,
+    shape: Shape,
+    mode: str,
+    floor_ms: float,
+    graph_floor_ms: float | None,
+    make=None,
 ) -> dict:
     """One row of the table, eager and (unless graph_floor_ms is None) graphed. A
-    provider that raises gets its error recorded instead of a time."""
+    provider that raises gets its error recorded instead of a time. make: ``make(name,
+    shape)`` builds the provider (default: ``make_provider``)."""
     row = dict(
         shape=shape.label,
         tokens=shape.tokens,
@@ -449,7 +479,7 @@ def measure(
         if name == COPY:
             fn, ms, graphed = copy, floor_ms, graph_floor_ms  # run() timed it first
         else:
-            fn = make_provider(name, shape)
+            fn = (make or make_provider)(name, shape)
             fn = training_step(fn) if mode == "fwd+bwd" else fn
             check_untouched(name, fn, inputs(), MUTATES.get(name, ()))
             ms = time_ms(fn, make_inputs=inputs)
