@@ -1,4 +1,5 @@
-"""Command line: ``python -m ropetut`` check, bench, bench-qk-norm and train."""
+"""Command line: ``python -m ropetut`` check, bench, bench-qk-norm, bench-angles and
+train."""
 
 import argparse
 import sys
@@ -18,6 +19,11 @@ def main(argv=None) -> int:
         help="fused QK-norm + RoPE against its unfused peers (issue 18)",
     )
     sub.add_parser(
+        "bench-angles",
+        add_help=False,
+        help="table-free RoPE against the table kernel (issue 26)",
+    )
+    sub.add_parser(
         "train", add_help=False, help="train the tiny GPT: one configuration or a study"
     )
     args, rest = parser.parse_known_args(argv)
@@ -29,6 +35,10 @@ def main(argv=None) -> int:
         from .bench.qk_norm import main as bench_qk_norm_main
 
         return bench_qk_norm_main(rest)
+    if args.command == "bench-angles":
+        from .bench.angles import main as bench_angles_main
+
+        return bench_angles_main(rest)
     if args.command == "train":
         from .training.train import main as train_main
 

@@ -11,7 +11,7 @@ operators of ``ropetut.angles_op``.
 import torch
 
 from .angles_op import check_angle_args, rope_angles_traced, rotate_angles
-from .kernels.angles import turn_words
+from .kernels.angles import kept_turn_words
 
 
 class AnglesFunction(torch.autograd.Function):
@@ -59,7 +59,7 @@ def apply_rope_angles(q, k=None, inv_freq=None, *, positions=None, interleaved=F
     if torch.compiler.is_compiling():  # the operators compute their own words
         q_out, k_out = rope_angles_traced(q4, k4, inv_freq, options, wants_grad)
     else:
-        words = turn_words(inv_freq.detach(), q.dtype)
+        words = kept_turn_words(inv_freq, q.dtype)
         if not wants_grad:
             q_out, k_out = rotate_angles(q4, k4, words, options)
         elif inplace and k is not None:  # (autograd: one view written per call)

@@ -9,8 +9,8 @@ from conftest import gpu_only, randn
 import ropetut
 from ropetut import scaling
 from ropetut.angles import apply_rope_angles
-from ropetut.kernels.angles import rope_angles, turn_words
 from ropetut.check import TOLERANCE, relative_error
+from ropetut.kernels.angles import kept_turn_words, rope_angles, turn_words
 
 DEV = ropetut.DEVICE
 
@@ -55,7 +55,7 @@ def scale_error(out, ref):
 def test_error_up_to_2_to_24_at_most_1e6(variant, inv_dtype):
     """The issue's bound: max |error| relative to the output's scale <= 1e-6 in fp32 at
     every sampled position up to 2**24 (measured about 2.5e-7 on the CPU, where sin and
-    cos are numpy's; the GPU's tl.sin/tl.cos add their own error: run there too)."""
+    cos are the kernel's polynomials, on numpy's float32 arithmetic: run on the GPU too)."""
     args = {"default": (128, 500000.0), "llama3": (128,), "yarn": (128, 4.0, 8192)}
     inv_freq, _ = scaling.VARIANTS[variant](*args[variant], device=DEV)
     inv_freq = inv_freq.to(inv_dtype)
@@ -227,8 +227,9 @@ def test_in_place_on_an_inference_tensor_is_refused_outside_inference_mode():
 
 
 @gpu_only
-def test_gpu_error_near_powers_of_two_with_the_gpus_sin_and_cos():
-    """On the GPU, tl.sin and tl.cos are the device's: the same bound must hold."""
+def test_gpu_error_near_powers_of_two():
+    """On the GPU, the polynomials run in the device's float32 (FMAs contracted by
+    the compiler): the same bound must hold."""
     inv_freq, _ = scaling.llama3(128, device="cuda")
     positions = torch.tensor(near_powers_of_two(), device="cuda")
     q = randn(4, positions.numel(), 8, 128)
@@ -237,3 +238,23 @@ def test_gpu_error_near_powers_of_two_with_the_gpus_sin_and_cos():
     )
     ref = reference(q, positions.expand(4, -1), inv_freq.float())
     assert scale_error(out, ref) <= 1e-6
+
+
+def test_turn_words_are_kept_per_frequency_tensor_until_it_is_written():
+    """A model passes the same inv_freq on every call: its words are computed once,
+    and again after an in-place write (the version counter tells), per dtype; an
+    inference tensor (no version counter) gets fresh words every call."""
+    inv_freq = scaling.VARIANTS["default"](64, 10000.0, device=DEV)[0]
+    words = kept_turn_words(inv_freq, torch.float32)
+    assert torch.equal(words, turn_words(inv_freq, torch.float32))
+    assert kept_turn_words(inv_freq, torch.float32) is words
+    assert kept_turn_words(inv_freq, torch.float64).dtype == torch.float64
+    inv_freq.mul_(2)
+    doubled = kept_turn_words(inv_freq, torch.float32)
+    assert doubled is not words
+    assert torch.equal(doubled, turn_words(inv_freq, torch.float32))
+    with torch.inference_mode():
+        frozen = inv_freq.clone()
+    first = kept_turn_words(frozen, torch.float32)
+    assert kept_turn_words(frozen, torch.float32) is not first
+    assert torch.equal(kept_turn_words(frozen, torch.float32), first)

@@ -15,11 +15,17 @@ What it changes from ``final``, and why:
     float32 holds it exactly, and its fraction too: no FMA or Dekker split needed, and
     a compiler contracting into an FMA cannot change it. The six large products are
     exact; the three small ones left (at most inv_freq / 2pi each) cost about 1e-8 turn;
-  - the fractions are summed in float-float (Knuth's TwoSum, exact), reduced to
-    [-1/2, 1/2] turn, and only then multiplied by 2pi (itself two fp32 words).
+  - the fractions are summed in float-float (Knuth's TwoSum, exact) and reduced to
+    [-1/2, 1/2] turn; the turn, not an angle in radians, goes to cos and sin.
   Measured on CPU: about 2e-7 radians at any position up to 2**30; by 2**36, the fp64
   rounding of inv_freq / 2pi (1e-16 relative) costs 3e-6. A position outside
   [0, 2**36) gets NaN, as ``final`` gives NaN for a row outside its table.
+- cos and sin of the reduced turn come from two short polynomials (``_cos_sin_of_turn``),
+  not libdevice's sinf and cosf, whose reduction of large arguments is never needed here
+  but bloats the kernel; the same arithmetic runs in Triton's interpreter.
+- the angles are a 2-D (tokens, pairs) tensor, computed once each and then broadcast over
+  the tile's heads. Computed on the (tokens, heads, pairs) tile, each angle would be
+  recomputed for every head.
 - fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product.
 Everything else is ``final``'s: GQA, half-split or interleaved pairs (an interleaved
 row loaded and stored whole, split into its even and odd dims in registers), partial
@@ -28,17 +34,36 @@ for big tensors, backward as a turn by -theta.
 """
 
 import math
+import weakref
 
 import torch
 import triton
 import triton.language as tl
 
-from .final import _copy_pass_dims, _last_offset, _load_pairs, _store_pairs
+from .final import (
+    _copy_pass_dims,
+    _last_offset,
+    _load_pairs,
+    _store_pairs,
+    direct_launch_matches,
+)
 from .tiles import tile_sizes
 
 MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
 TWO_PI_HI = tl.constexpr(6.2831854820251465)  # float32(2 pi)
 TWO_PI_LO = tl.constexpr(-1.7484555314695172e-07)  # float32(2 pi - TWO_PI_HI)
+# sin(pi/2 r) and cos(pi/2 r) for |r| <= 1/2 by their Taylor series, coefficients
+# rounded to float32: within 1e-7 of the true values there (tests/test_angles.py)
+SIN_C1 = tl.constexpr(1.5707963705062866)
+SIN_C3 = tl.constexpr(-0.6459640860557556)
+SIN_C5 = tl.constexpr(0.07969262450933456)
+SIN_C7 = tl.constexpr(-0.004681753925979137)
+SIN_C9 = tl.constexpr(0.00016044118092395365)
+COS_C2 = tl.constexpr(-1.2337005138397217)
+COS_C4 = tl.constexpr(0.25366950035095215)
+COS_C6 = tl.constexpr(-0.020863480865955353)
+COS_C8 = tl.constexpr(0.0009192602592520416)
+COS_C10 = tl.constexpr(-2.520204179745633e-05)
 
 
 @triton.jit
@@ -85,6 +110,28 @@ def _fraction_of_turns(words_ptr, i, HALF, pos):
 
 
 @triton.jit
+def _cos_sin_of_turn(turn, lo):
+    """cos and sin of 2pi (turn + lo) for turn in [-1/2, 1/2] and a tiny lo: the
+    quarter turn k nearest 4 turn is taken out exactly, and what is left, r in
+    [-1/2, 1/2] quarter turns, goes through two short polynomials. No libdevice call
+    (its sinf and cosf carry a slow reduction for large arguments, never needed here),
+    and the same arithmetic runs in Triton's interpreter."""
+    quarters = 4.0 * turn  # exact
+    k = tl.floor(quarters + 0.5)
+    r = (quarters - k) + 4.0 * lo  # quarters - k is exact
+    z = r * r
+    s = r * (SIN_C1 + z * (SIN_C3 + z * (SIN_C5 + z * (SIN_C7 + z * SIN_C9))))
+    c = 1.0 + z * (COS_C2 + z * (COS_C4 + z * (COS_C6 + z * (COS_C8 + z * COS_C10))))
+    # turning by k quarters: (cos, sin) -> (-sin, cos), k mod 4 times
+    quadrant = k.to(tl.int32) & 3
+    odd = (quadrant & 1) == 1
+    cos = tl.where(odd, -s, c)
+    sin = tl.where(odd, c, s)
+    flip = quadrant >= 2
+    return tl.where(flip, -cos, cos), tl.where(flip, -sin, sin)
+
+
+@triton.jit
 def rope_angles_kernel(
     q_ptr, k_ptr, qo_ptr, ko_ptr, words_ptr, pos_ptr,
     T, HQ, HK, HALF, D, R,                            # HALF = R/2; R..D pass through
@@ -97,28 +144,32 @@ def rope_angles_kernel(
     BLOCK_PASS: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(1)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
     if WIDE:  # a tensor of 2**31 elements or more: offsets in int64
         b, t = b.to(tl.int64), t.to(tl.int64)
-    i = tl.arange(0, BLOCK_HALF)[None, None, :]
-    tok_mask = t < T
-    ti_mask = tok_mask & (i < HALF)
+    i = tl.arange(0, BLOCK_HALF)[None, :]
+    # The angles of a (tokens, pairs) tile, computed once each: a 2-D tensor has a
+    # layout of its own, so its values are not recomputed for every head they meet.
     if HAS_POSITIONS:
-        pos = tl.load(pos_ptr + b * spb + t * spt, mask=tok_mask, other=0).to(tl.int64)
+        pos = tl.load(pos_ptr + b * spb + t * spt, mask=t < T, other=0).to(tl.int64)
     else:
         pos = t.to(tl.int64)
-    in_range = (pos >= 0) & (pos < MAX_POSITION)  # NaN outside
     if FP64:  # words: (1, HALF) inv_freq / 2pi in fp64
         turns = pos.to(tl.float64) * tl.load(words_ptr + i, mask=i < HALF, other=0.0)
         turn = turns - tl.floor(turns + 0.5)
+        angle = turn * TWO_PI_HI + turn * TWO_PI_LO  # a float literal would be fp32
+        cos, sin = tl.cos(angle), tl.sin(angle)
     else:  # words: (6, HALF) fp32, see turn_words
         hi, lo = _fraction_of_turns(words_ptr, i, HALF, pos)
-        turn = (hi - tl.floor(hi + 0.5)) + lo  # in [-1/2, 1/2] turn, one rounding
-    angle = turn * TWO_PI_HI + turn * TWO_PI_LO
-    cos = tl.where(in_range & ti_mask, tl.cos(angle), float("nan"))
-    sin = tl.where(in_range & ti_mask, tl.sin(angle), float("nan"))
+        cos, sin = _cos_sin_of_turn(hi - tl.floor(hi + 0.5), lo)
+    valid = (pos >= 0) & (pos < MAX_POSITION) & (t < T) & (i < HALF)  # NaN outside
+    cos = tl.expand_dims(tl.where(valid, cos, float("nan")), 1)
+    sin = tl.expand_dims(tl.where(valid, sin, float("nan")), 1)
     if BACKWARD:
         sin = -sin
+    # (tokens, heads, pairs) from here
+    t, i = t[:, :, None], tl.arange(0, BLOCK_HALF)[None, None, :]
+    tok_mask = t < T
     q_tok, qo_tok = q_ptr + b * sqb + t * sqt, qo_ptr + b * sqob + t * sqot
     k_tok, ko_tok = k_ptr + b * skb + t * skt, ko_ptr + b * skob + t * skot
     # HQ >= HK: a block of q heads, the same of k heads
@@ -146,7 +197,12 @@ def rope_angles_kernel(
             _copy_pass_dims(k_row, ko_row, k_mask, R, D, skd, skod, BLOCK_PASS)
 
 
-PAIRS_PER_TILE, NUM_WARPS = 2048, 8  # final's, not yet tuned for this kernel
+# Tiles as final's (``tile_sizes``: heads first, then tokens), of 1024 pairs and 2
+# warps: the most even of the tiles swept on the H100 (``python -m ropetut bench-angles``
+# compares this kernel with the table's).
+PAIRS_PER_TILE, NUM_WARPS = 1024, 2
+# (shapes, strides, dtypes, options) -> (compiled kernel, grid, device, scalars)
+_LAUNCHES = {}
 
 
 def turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -155,7 +211,7 @@ def turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     fp32 words: c0, c1, c2 of 12 significant bits each (c0 + c1 + c2 is c to 36 bits),
     then what is left after one, two and three of them (c - c0, c - c0 - c1 and
     c - c0 - c1 - c2), rounded to fp32."""
-    c = inv_freq.double() / (2 * math.pi)
+    c = inv_freq.detach().double() / (2 * math.pi)
     if dtype == torch.float64:
         return c[None].contiguous()
     c0 = _round_to_bits(c, 12)
@@ -164,33 +220,97 @@ def turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.stack([c0, c1, c2, c - c0, c - c0 - c1, c - c0 - c1 - c2]).float()
 
 
+_KEPT_WORDS = {}  # id(inv_freq) -> (weak reference, version, dtype, words)
+
+
+def kept_turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``turn_words``, kept per inv_freq tensor while it lives and is not written to:
+    an eager model passes the same frequencies on every call, and computing the words
+    takes a dozen small launches. (An inference tensor has no version counter to tell
+    a write: its words are not kept. The operators ``torch.compile`` sees compute
+    their own words: a graph replays them for free.)"""
+    if inv_freq.is_inference():
+        return turn_words(inv_freq, dtype)
+    kept = _KEPT_WORDS.get(id(inv_freq))
+    if (
+        kept is not None
+        and kept[0]() is inv_freq
+        and kept[1:3] == (inv_freq._version, dtype)
+    ):
+        return kept[3]
+    words = turn_words(inv_freq, dtype)
+    if len(_KEPT_WORDS) >= 256:  # a bound for callers that make new frequencies
+        _KEPT_WORDS.clear()
+    _KEPT_WORDS[id(inv_freq)] = (weakref.ref(inv_freq), inv_freq._version, dtype, words)
+    return words
+
+
 def rope_angles(
     q, k, words, q_out, k_out, *, positions=None, interleaved=False, rotary_dim=None,
     backward=False,
 ):  # fmt: skip
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out may
     be q. words: ``turn_words(inv_freq, q.dtype)``. positions: None or (B, T) integers.
-    Returns (q_out, k_out)."""
-    B, T, HQ, D = q.shape
-    R = rotary_dim or D
+    Returns (q_out, k_out). A repeated launch goes straight to the compiled kernel, as
+    ``final``'s does (see there)."""
+    R = rotary_dim or q.shape[3]
     # HK = 0: the k loop never runs
     kk, kk_out = (q, q_out) if k is None else (k, k_out)
-    HK = 0 if k is None else k.shape[2]
     pos = q if positions is None else positions  # a placeholder pointer, never read
-    spb, spt = (0, 0) if positions is None else positions.stride()
-    BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)
-    grid = (triton.cdiv(T, BLOCK_T), B, 1)
-    rope_angles_kernel[grid](
-        q, kk, q_out, kk_out, words, pos, T, HQ, HK, R // 2, D, R,
-        *q.stride(), *kk.stride(), *q_out.stride(), *kk_out.stride(), spb, spt,
-        HAS_POSITIONS=positions is not None, INTERLEAVED=interleaved, BACKWARD=backward,
-        COPY_PASS=R < D and q_out.data_ptr() != q.data_ptr(),
-        FP64=q.dtype == torch.float64,
-        WIDE=max(_last_offset(t) for t in (q, kk, q_out, kk_out)) >= 2**31,
-        BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF,
-        BLOCK_PASS=triton.next_power_of_2(max(D - R, 1)), num_warps=NUM_WARPS,
+    pointers = (q, kk, q_out, kk_out, words, pos)
+    aligned = not any(t.data_ptr() % 16 for t in pointers)
+    in_place = q_out.data_ptr() == q.data_ptr()
+    key = (
+        q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
+        None if k is None else (k.shape, k.stride(), k_out.stride(), k.dtype),
+        words.dtype,
+        None if positions is None else (positions.stride(), positions.dtype),
+        R, interleaved, backward, in_place,
     )  # fmt: skip
+    cached = _LAUNCHES.get(key) if aligned else None
+    if cached is None:
+        kernel, grid, scalars = _first_launch(
+            *pointers, k is not None, positions is not None, R, interleaved, backward
+        )
+        if aligned and kernel is not None and direct_launch_matches():  # compiled
+            if len(_LAUNCHES) >= 4096:
+                _LAUNCHES.clear()
+            _LAUNCHES[key] = (kernel, grid, q.get_device(), scalars)
+    else:
+        kernel, grid, device, scalars = cached
+        kernel.run(
+            *grid, torch._C._cuda_getCurrentRawStream(device), kernel.function,
+            kernel.packed_metadata, None, None, None, *pointers, *scalars,
+        )  # fmt: skip
     return q_out, k_out
+
+
+def _first_launch(
+    q, kk, q_out, kk_out, words, pos, has_k, has_positions, R, interleaved, backward
+):  # fmt: skip
+    """Launch through Triton's JIT. Returns the compiled kernel (None when
+    interpreted), the grid and every argument after the pointers."""
+    B, T, HQ, D = q.shape
+    HK = kk.shape[2] if has_k else 0
+    BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)
+    spb, spt = pos.stride() if has_positions else (0, 0)
+    grid = (triton.cdiv(T, BLOCK_T), B, 1)
+    scalars = (
+        T, HQ, HK, R // 2, D, R, *q.stride(), *kk.stride(), *q_out.stride(),
+        *kk_out.stride(), spb, spt,
+    )  # fmt: skip
+    constexprs = {
+        "HAS_POSITIONS": has_positions, "INTERLEAVED": interleaved,
+        "BACKWARD": backward, "COPY_PASS": R < D and q_out.data_ptr() != q.data_ptr(),
+        "FP64": q.dtype == torch.float64,
+        "WIDE": max(_last_offset(t) for t in (q, kk, q_out, kk_out)) >= 2**31,
+        "BLOCK_T": BLOCK_T, "BLOCK_H": BLOCK_H, "BLOCK_HALF": BLOCK_HALF,
+        "BLOCK_PASS": triton.next_power_of_2(max(D - R, 1)),
+    }  # fmt: skip
+    launch = rope_angles_kernel[grid](
+        q, kk, q_out, kk_out, words, pos, *scalars, **constexprs, num_warps=NUM_WARPS
+    )
+    return launch, grid, (*scalars, *constexprs.values())
 
 
 def _round_to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
