@@ -9,6 +9,7 @@ import ropetut
 from ropetut import bench
 from ropetut.bench import qk_norm as bench_qk_norm
 from ropetut.check import TOLERANCE, relative_error
+from ropetut.kernels import qk_norm_rope, qk_norm_rope_v1
 from ropetut.kernels.qk_norm_rope import _fp32_pair, qk_norm_rope_forward
 from ropetut.qk_norm_op import check_qk_norm_args
 from ropetut.reference import qk_norm_rope_reference, rms_norm_reference, rope_reference
@@ -217,6 +218,106 @@ def test_weight_gradients_are_deterministic():
         for _ in range(2)
     ]
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def launch_straight(kernels, case, **tuning):
+    """A kernel file's forward and backward launchers called directly (no autograd) on
+    one of CASES in fp32: (q_out, k_out, dq, dk, dw_q, dw_k), and the same from the fp64
+    reference. tuning: the launchers' overrides (the current file's only)."""
+    q, k, w_q, w_k, cos, sin, opts = make_case(case)
+    dq_out, dk_out = randn(*q.shape), randn(*k.shape)
+    q4, k4, options = check_qk_norm_args(q, k, w_q, w_k, cos, sin, **opts)
+    rope = options.rope
+    args = (w_q, w_k, rope.cos, rope.sin)
+    kwargs = dict(
+        positions=rope.positions,
+        eps=options.eps,
+        interleaved=rope.interleaved,
+        rotary_dim=rope.rotary_dim,
+        weight_offset=options.weight_offset,
+        **tuning,
+    )
+    outs = (torch.full_like(q4, float("nan")), torch.full_like(k4, float("nan")))
+    got = kernels.qk_norm_rope_forward(q4, k4, *args, *outs, **kwargs)
+    got += kernels.qk_norm_rope_backward(q4, k4, *args, dq_out, dk_out, **kwargs)
+    inputs = [t.double().requires_grad_() for t in (q, k, w_q, w_k)]
+    outputs = (
+        reference(inputs[0], inputs[2], cos, sin, opts),
+        reference(inputs[1], inputs[3], cos, sin, opts),
+    )
+    grads = torch.autograd.grad(outputs, inputs, (dq_out.double(), dk_out.double()))
+    return got, (*outputs, *grads)
+
+
+NAMES = ("q_out", "k_out", "dq", "dk", "dw_q", "dw_k")
+STRAIGHT_CASES = [
+    "default",
+    "odd shape D=96, H=3, T=17",
+    "GQA 6/2",
+    "partial, odd pass dims",
+    "interleaved",
+    "positions (B, T)",
+    "weight_offset (Gemma)",
+]
+
+
+@pytest.mark.parametrize("case", STRAIGHT_CASES)
+def test_first_version_matches_reference(case):
+    """qk_norm_rope_v1.py, kept for the chapter, still computes the same thing."""
+    got, expected = launch_straight(qk_norm_rope_v1, case)
+    for name, g, e in zip(NAMES, got, expected):
+        assert relative_error(g, e) <= 1e-5, name
+
+
+# Tunings that give units of several tokens and one head (prefill), of one token and
+# several heads, with heads masked past HQ or HK (decode), and more programs than units.
+TUNINGS = {
+    "tokens": dict(pairs_per_tile=32, programs_per_sm=3),
+    "heads": dict(pairs_per_tile=16, programs_per_sm=5),
+    "one pair a tile": dict(pairs_per_tile=1, programs_per_sm=2),
+    "programs > units": dict(pairs_per_tile=4096, programs_per_sm=64),
+}
+
+
+@pytest.mark.parametrize("tuning", TUNINGS)
+@pytest.mark.parametrize(
+    "case", ["odd shape D=96, H=3, T=17", "GQA 6/2", "partial, odd pass dims"]
+)
+def test_tunings_match_reference(case, tuning):
+    """The launchers' overrides change the tiles and the grid, not the result."""
+    got, expected = launch_straight(qk_norm_rope, case, **TUNINGS[tuning])
+    for name, g, e in zip(NAMES, got, expected):
+        assert relative_error(g, e) <= 1e-5, name
+
+
+def test_tiles_take_tokens_then_heads_of_each_tensor():
+    assert qk_norm_rope._tiles(4096, 32, 8, 64, 1024) == (16, 1, 1, 64)  # prefill
+    assert qk_norm_rope._tiles(1, 32, 8, 64, 1024) == (1, 16, 8, 64)  # decode
+    assert qk_norm_rope._tiles(3, 6, 2, 8, 64) == (4, 2, 2, 8)
+
+
+def test_programs_split_by_heads_and_never_outnumber_units(monkeypatch):
+    monkeypatch.setattr(qk_norm_rope, "_sm_count", lambda device: 1)  # as on the CPU
+    q, k, _, _, cos, _, _ = make_case("GQA 6/2")  # 2 x 5 tokens, 6 and 2 heads
+    split = qk_norm_rope._launch_args
+    args = (q, k, cos, None, D, False, 1e-6, 0.0)
+    tuning = qk_norm_rope.Tuning(pairs_per_tile=8, num_warps=4, programs_per_sm=8)
+    assert split(*args, tuning)[-1] == (6, 2)  # 8 programs, 6:2 like the heads
+    tuning = tuning._replace(programs_per_sm=1000)  # units: 2 * 5 tokens x heads
+    assert split(*args, tuning)[-1] == (60, 20)
+
+
+def test_weight_gradients_over_many_programs_are_deterministic():
+    """dw summed per program over uneven runs of units (102 units of q over 8
+    programs), then over programs: the same bits on every run."""
+    tuning = dict(pairs_per_tile=64, programs_per_sm=16)
+    runs = [launch_straight(qk_norm_rope, "odd shape D=96, H=3, T=17", **tuning)]
+    torch.manual_seed(0)
+    runs.append(launch_straight(qk_norm_rope, "odd shape D=96, H=3, T=17", **tuning))
+    (got, expected), (again, _) = runs
+    for name, g, e, a in zip(NAMES, got, expected, again):
+        assert relative_error(g, e) <= 1e-5, name
+        assert torch.equal(g, a), name
 
 
 def test_gradient_of_q_alone():

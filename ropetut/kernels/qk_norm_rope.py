@@ -33,21 +33,40 @@ over that same row, so recomputing it reads no extra byte; storing it would add 
 to the forward, a (B, T, H) buffer and a read to the backward, to save a few flops in a
 memory-bound kernel.
 
-The weight gradients are summed without atomics, as Liger's rms_norm does: a fixed
-number of programs each walk over tiles of tokens, accumulate their rows' share of dw in
-fp32, and write it as one row of an (n_programs, D) buffer, which the host sums. The
-result does not depend on scheduling (deterministic), and an fp32 sum over a program's
-rows, then over programs, keeps the precision of a million-row reduction.
+How the work is laid out: what changed from the first version (``qk_norm_rope_v1.py``,
+kept for the chapter), and why. On the H100 v1's forward ran at ~85 % of the copy floor
+and its backward made fwd+bwd only 0.91x Liger's unfused pair: 207 registers a thread
+(one program per SM), dw summed across warps on every tile (12 barriers a tile), k's 8
+heads run in tiles sized for q's 32, and stores ahead of the next loads.
+
+- A unit of work is a tile of BLOCK_T tokens x BLOCK_H heads x all pairs of one tensor:
+  tokens first (prefill: 16 tokens of one head for D = 128), heads when the tokens run
+  out (decode: one token, as many heads as fit). q and k have programs of their own,
+  each with its own BLOCK_H, so no warp idles on k's fewer heads.
+- A persistent grid: ``programs_per_sm`` programs an SM, split between q and k by
+  their heads. Each walks a contiguous run of its tensor's units, heads fastest, so a
+  tile's cos/sin rows are loaded once for all its heads.
+- The next unit is loaded before this one is stored: two units in flight a program.
+- The backward adds each row's share of dw element-wise into fp32 registers across all
+  its units, and sums them over tokens and heads once, at the end: no barrier in the
+  loop. Each program writes its sum as one row of an (n_programs, D) buffer, which the
+  host sums: no atomics, the same bits every run (deterministic). A register adds only
+  its program's share of the rows (a few hundred of a million), then trees sum those:
+  fp32 keeps its precision (tested at 2**20 rows on the GPU).
+
+The tile sizes, warps and programs per SM are ``FORWARD`` and ``BACKWARD`` below; the
+launchers take overrides as keyword arguments (``pairs_per_tile=...``), for sweeps.
 """
 
 import struct
+from functools import cache
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
 from .final import _last_offset, _load_pairs, _store_pairs
-from .tiles import tile_sizes
 
 
 @triton.jit
@@ -84,25 +103,143 @@ def _table(
 
 
 @triton.jit
-def _forward_heads(
+def _run_of_units(pid, n_programs, N_TILES, H, BLOCK_H: tl.constexpr):
+    """The units [start, end) program pid walks: a tensor's N_TILES tiles of tokens x
+    its blocks of heads, split in order into n_programs runs as even as can be."""
+    n_units = N_TILES * tl.cdiv(H, BLOCK_H)
+    per, extra = n_units // n_programs, n_units % n_programs
+    start = pid * per + tl.minimum(pid, extra)
+    return start, start + per + (pid < extra).to(tl.int32)
+
+
+@triton.jit
+def _unit_rows(
+    u,
+    N_TILES_T,
+    T,
+    H,
+    WIDE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    """Unit u's batch index b, tokens t (BLOCK_T, 1, 1), heads h (1, BLOCK_H, 1) and
+    their mask. Units run heads fastest, then tiles of tokens, then the batch."""
+    n_head_blocks = tl.cdiv(H, BLOCK_H)
+    tile = u // n_head_blocks
+    b = tile // N_TILES_T
+    t = (tile % N_TILES_T) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
+    h = (u % n_head_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)[None, :, None]
+    if WIDE:  # a tensor of 2**31 elements or more: offsets in int64
+        b, t, h = b.to(tl.int64), t.to(tl.int64), h.to(tl.int64)
+    return b, t, h, (t < T) & (h < H)
+
+
+@triton.jit
+def _load_rows(
+    ptr,
+    sb,
+    st,
+    sh,
+    sd,
+    b,
+    t,
+    h,
+    mask,
+    i,
+    HALF,
+    d_pass,
+    D,
+    INTERLEAVED: tl.constexpr,
+    HAS_PASS: tl.constexpr,
+):
+    """Rows (b, t, h) of a (B, T, H, D) tensor, as stored: the rotary pairs (x1, x2)
+    and the pass dims xp (a zero per row without them)."""
+    rows = ptr + b * sb + t * st + h * sh
+    x1, x2 = _load_pairs(rows, sd, mask, i, HALF, INTERLEAVED, 0)
+    if HAS_PASS:
+        xp = tl.load(rows + d_pass * sd, mask=mask & (d_pass < D), other=0)
+    else:
+        xp = tl.zeros((x1.shape[0], x1.shape[1], 1), x1.dtype)
+    return x1, x2, xp
+
+
+@triton.jit
+def _store_rows(
+    ptr,
+    sb,
+    st,
+    sh,
+    sd,
+    b,
+    t,
+    h,
+    mask,
+    i,
+    HALF,
+    d_pass,
+    D,
+    y1,
+    y2,
+    yp,
+    INTERLEAVED: tl.constexpr,
+    HAS_PASS: tl.constexpr,
+):
+    """Store what ``_load_rows`` loads, cast to the tensor's dtype."""
+    rows = ptr + b * sb + t * st + h * sh
+    out = ptr.dtype.element_ty
+    _store_pairs(rows, sd, mask, i, HALF, y1.to(out), y2.to(out), INTERLEAVED)
+    if HAS_PASS:
+        tl.store(rows + d_pass * sd, yp.to(out), mask=mask & (d_pass < D))
+
+
+@triton.jit
+def _weights(w_ptr, i, HALF, d_pass, D, offset, INTERLEAVED: tl.constexpr):
+    """w + weight_offset as the rows load: pairs (w1, w2) and pass dims wp, in the
+    compute dtype (offset's)."""
+    w1, w2 = _load_pairs(w_ptr, 1, True, i, HALF, INTERLEAVED, 0)
+    wp = tl.load(w_ptr + d_pass, mask=d_pass < D, other=0)
+    c = offset.dtype
+    return w1.to(c) + offset, w2.to(c) + offset, wp.to(c) + offset
+
+
+@triton.jit
+def _rstd(x1, x2, xp, D, eps, HAS_PASS: tl.constexpr):
+    """1 / sqrt(mean(x**2) + eps) over each row's D dims, (BLOCK_T, BLOCK_H, 1)."""
+    squares = tl.sum(x1 * x1 + x2 * x2, axis=2, keep_dims=True)
+    if HAS_PASS:
+        squares += tl.sum(xp * xp, axis=2, keep_dims=True)
+    return 1 / tl.sqrt(squares / D + eps)
+
+
+@triton.jit
+def _forward_rows(x1, x2, xp, cos, sin, w1, w2, wp, D, eps, HAS_PASS: tl.constexpr):
+    """y = RoPE(x * rstd * w') for loaded rows: (y1, y2, yp), in the compute dtype."""
+    x1, x2, xp = x1.to(cos.dtype), x2.to(cos.dtype), xp.to(cos.dtype)
+    rstd = _rstd(x1, x2, xp, D, eps, HAS_PASS)
+    n1, n2 = x1 * rstd * w1, x2 * rstd * w2
+    return n1 * cos - n2 * sin, n2 * cos + n1 * sin, xp * rstd * wp
+
+
+@triton.jit
+def _forward_walk(
     x_ptr,
     o_ptr,
     w_ptr,
-    b,
-    t,
-    i,
-    p,
-    cos,
-    sin,
+    cos_ptr,
+    sin_ptr,
+    pos_ptr,
+    pid,
+    n_programs,
+    N_TILES,
+    N_TILES_T,
     T,
     H,
     HALF,
     D,
     R,
+    N_POS,
     eps,
-    eps_lo,
     offset,
-    offset_lo,
     sxb,
     sxt,
     sxh,
@@ -111,44 +248,55 @@ def _forward_heads(
     sot,
     soh,
     sod,
+    s_cos,
+    spb,
+    spt,
+    HAS_POSITIONS: tl.constexpr,
     INTERLEAVED: tl.constexpr,
     HAS_PASS: tl.constexpr,
+    FP64: tl.constexpr,
     WIDE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_PASS: tl.constexpr,
 ):
-    """Normalise, weight and turn all H heads of the tile's tokens, BLOCK_H heads at a
-    time."""
-    d_pass = R + p
-    p_mask = d_pass < D
-    offset = tl.cast(offset, cos.dtype) + offset_lo  # fp64 keeps both halves
-    eps = tl.cast(eps, cos.dtype) + eps_lo
-    w1, w2 = _load_pairs(w_ptr, 1, True, i, HALF, INTERLEAVED, 0)
-    w1, w2 = w1.to(cos.dtype) + offset, w2.to(cos.dtype) + offset
-    wp = tl.load(w_ptr + d_pass, mask=p_mask, other=0).to(cos.dtype) + offset
-    x_tok, o_tok = x_ptr + b * sxb + t * sxt, o_ptr + b * sob + t * sot
-    for h0 in range(0, H, BLOCK_H):
-        h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
-        if WIDE:
-            h = h.to(tl.int64)
-        row_mask = (t < T) & (h < H)
-        x_row, o_row = x_tok + h * sxh, o_tok + h * soh
-        x1, x2 = _load_pairs(x_row, sxd, row_mask, i, HALF, INTERLEAVED, 0)
-        x1, x2 = x1.to(cos.dtype), x2.to(cos.dtype)
-        squares = tl.sum(x1 * x1 + x2 * x2, axis=2, keep_dims=True)
-        if HAS_PASS:
-            xp = tl.load(x_row + d_pass * sxd, mask=row_mask & p_mask, other=0).to(
-                cos.dtype
-            )
-            squares += tl.sum(xp * xp, axis=2, keep_dims=True)
-        rstd = 1 / tl.sqrt(squares / D + eps)  # (BLOCK_T, BLOCK_H, 1)
-        n1, n2 = x1 * rstd * w1, x2 * rstd * w2
-        out = o_ptr.dtype.element_ty
-        y1, y2 = (n1 * cos - n2 * sin).to(out), (n2 * cos + n1 * sin).to(out)
-        _store_pairs(o_row, sod, row_mask, i, HALF, y1, y2, INTERLEAVED)
-        if HAS_PASS:
-            tl.store(
-                o_row + d_pass * sod, (xp * rstd * wp).to(out), mask=row_mask & p_mask
-            )
+    """Normalise, weight and turn program pid's run of one tensor's units."""
+    i = tl.arange(0, BLOCK_HALF)[None, None, :]
+    d_pass = R + tl.arange(0, BLOCK_PASS)[None, None, :]
+    w1, w2, wp = _weights(w_ptr, i, HALF, d_pass, D, offset, INTERLEAVED)
+    start, end = _run_of_units(pid, n_programs, N_TILES, H, BLOCK_H)
+    b, t, h, mask = _unit_rows(start, N_TILES_T, T, H, WIDE, BLOCK_T, BLOCK_H)
+    x1, x2, xp = _load_rows(
+        x_ptr, sxb, sxt, sxh, sxd, b, t, h, mask, i, HALF, d_pass, D, INTERLEAVED,
+        HAS_PASS,
+    )  # fmt: skip
+    cos, sin = _table(
+        cos_ptr, sin_ptr, pos_ptr, b, t, i, T, HALF, N_POS, s_cos, spb, spt,
+        HAS_POSITIONS, FP64,
+    )  # fmt: skip
+    for u in range(start, end):
+        # Unit u + 1's loads before unit u's stores (the last unit loads itself again).
+        nu = tl.minimum(u + 1, end - 1)
+        nb, nt, nh, nmask = _unit_rows(nu, N_TILES_T, T, H, WIDE, BLOCK_T, BLOCK_H)
+        nx1, nx2, nxp = _load_rows(
+            x_ptr, sxb, sxt, sxh, sxd, nb, nt, nh, nmask, i, HALF, d_pass, D,
+            INTERLEAVED, HAS_PASS,
+        )  # fmt: skip
+        if nu % tl.cdiv(H, BLOCK_H) == 0:  # a new tile of tokens: its table rows
+            ncos, nsin = _table(
+                cos_ptr, sin_ptr, pos_ptr, nb, nt, i, T, HALF, N_POS, s_cos, spb, spt,
+                HAS_POSITIONS, FP64,
+            )  # fmt: skip
+        else:
+            ncos, nsin = cos, sin
+        y1, y2, yp = _forward_rows(x1, x2, xp, cos, sin, w1, w2, wp, D, eps, HAS_PASS)
+        _store_rows(
+            o_ptr, sob, sot, soh, sod, b, t, h, mask, i, HALF, d_pass, D, y1, y2, yp,
+            INTERLEAVED, HAS_PASS,
+        )  # fmt: skip
+        b, t, h, mask, x1, x2, xp = nb, nt, nh, nmask, nx1, nx2, nxp
+        cos, sin = ncos, nsin
 
 
 @triton.jit
@@ -168,11 +316,15 @@ def qk_norm_rope_fwd_kernel(
     HALF,
     D,
     R,
-    N_POS,
+    N_POS,  # HALF = R/2 pairs; dims R..D pass
     eps,
     eps_lo,
     offset,
-    offset_lo,  # HALF = R/2 pairs; dims R..D pass; scalars as fp32 hi + lo
+    offset_lo,  # as fp32 hi + lo
+    N_TILES,
+    N_TILES_T,  # tiles of tokens: in all, and per sequence
+    Q_PROGRAMS,
+    K_PROGRAMS,
     sqb,
     sqt,
     sqh,
@@ -198,197 +350,71 @@ def qk_norm_rope_fwd_kernel(
     FP64: tl.constexpr,
     WIDE: tl.constexpr,
     BLOCK_T: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr,
 ):
-    b = tl.program_id(1)
-    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
-    if WIDE:  # a tensor of 2**31 elements or more: offsets in int64
-        b, t = b.to(tl.int64), t.to(tl.int64)
-    i = tl.arange(0, BLOCK_HALF)[None, None, :]
-    p = tl.arange(0, BLOCK_PASS)[None, None, :]
-    cos, sin = _table(
-        cos_ptr,
-        sin_ptr,
-        pos_ptr,
-        b,
-        t,
-        i,
-        T,
-        HALF,
-        N_POS,
-        s_cos,
-        spb,
-        spt,
-        HAS_POSITIONS,
-        FP64,
-    )
-    _forward_heads(
-        q_ptr,
-        qo_ptr,
-        wq_ptr,
-        b,
-        t,
-        i,
-        p,
-        cos,
-        sin,
-        T,
-        HQ,
-        HALF,
-        D,
-        R,
-        eps,
-        eps_lo,
-        offset,
-        offset_lo,
-        sqb,
-        sqt,
-        sqh,
-        sqd,
-        sqob,
-        sqot,
-        sqoh,
-        sqod,
-        INTERLEAVED,
-        HAS_PASS,
-        WIDE,
-        BLOCK_H,
-    )
-    _forward_heads(
-        k_ptr,
-        ko_ptr,
-        wk_ptr,
-        b,
-        t,
-        i,
-        p,
-        cos,
-        sin,
-        T,
-        HK,
-        HALF,
-        D,
-        R,
-        eps,
-        eps_lo,
-        offset,
-        offset_lo,
-        skb,
-        skt,
-        skh,
-        skd,
-        skob,
-        skot,
-        skoh,
-        skod,
-        INTERLEAVED,
-        HAS_PASS,
-        WIDE,
-        BLOCK_H,
-    )
+    # programs [0, Q_PROGRAMS) walk q's units, the next K_PROGRAMS k's
+    pid = tl.program_id(0)
+    compute = tl.float64 if FP64 else tl.float32
+    eps = tl.cast(eps, compute) + eps_lo  # fp64 keeps both halves
+    offset = tl.cast(offset, compute) + offset_lo
+    if pid < Q_PROGRAMS:
+        _forward_walk(
+            q_ptr, qo_ptr, wq_ptr, cos_ptr, sin_ptr, pos_ptr, pid, Q_PROGRAMS,
+            N_TILES, N_TILES_T, T, HQ, HALF, D, R, N_POS, eps, offset,
+            sqb, sqt, sqh, sqd, sqob, sqot, sqoh, sqod, s_cos, spb, spt,
+            HAS_POSITIONS, INTERLEAVED, HAS_PASS, FP64, WIDE,
+            BLOCK_T, BLOCK_HQ, BLOCK_HALF, BLOCK_PASS,
+        )  # fmt: skip
+    else:
+        _forward_walk(
+            k_ptr, ko_ptr, wk_ptr, cos_ptr, sin_ptr, pos_ptr, pid - Q_PROGRAMS,
+            K_PROGRAMS, N_TILES, N_TILES_T, T, HK, HALF, D, R, N_POS, eps, offset,
+            skb, skt, skh, skd, skob, skot, skoh, skod, s_cos, spb, spt,
+            HAS_POSITIONS, INTERLEAVED, HAS_PASS, FP64, WIDE,
+            BLOCK_T, BLOCK_HK, BLOCK_HALF, BLOCK_PASS,
+        )  # fmt: skip
 
 
 @triton.jit
-def _backward_heads(
-    x_ptr,
-    dy_ptr,
-    dx_ptr,
-    w_ptr,
-    b,
-    t,
-    i,
-    p,
+def _backward_rows(
+    x1,
+    x2,
+    xp,
+    dy1,
+    dy2,
+    dyp,
     cos,
     sin,
-    T,
-    H,
-    HALF,
+    w1,
+    w2,
+    wp,
+    pair_mask,
     D,
-    R,
     eps,
-    eps_lo,
-    offset,
-    offset_lo,
-    sxb,
-    sxt,
-    sxh,
-    sxd,
-    syb,
-    syt,
-    syh,
-    syd,
-    sdb,
-    sdt,
-    sdh,
-    sdd,
-    INTERLEAVED: tl.constexpr,
     HAS_PASS: tl.constexpr,
-    WIDE: tl.constexpr,
-    BLOCK_H: tl.constexpr,
 ):
-    """dx for all H heads of the tile's tokens; returns their share of dw, (1, 1, BLOCK)
-    each for the first and second dims of the pairs and for the pass dims, in the
-    compute dtype."""
-    d_pass = R + p
-    i_mask, p_mask = i < HALF, d_pass < D
-    offset = tl.cast(offset, cos.dtype) + offset_lo  # fp64 keeps both halves
-    eps = tl.cast(eps, cos.dtype) + eps_lo
-    w1, w2 = _load_pairs(w_ptr, 1, True, i, HALF, INTERLEAVED, 0)
-    w1, w2 = w1.to(cos.dtype) + offset, w2.to(cos.dtype) + offset
-    wp = tl.load(w_ptr + d_pass, mask=p_mask, other=0).to(cos.dtype) + offset
-    dw1 = tl.zeros(w1.shape, cos.dtype)
-    dw2 = tl.zeros(w2.shape, cos.dtype)
-    dwp = tl.zeros(wp.shape, cos.dtype)
-    x_tok, dy_tok, dx_tok = (
-        x_ptr + b * sxb + t * sxt,
-        dy_ptr + b * syb + t * syt,
-        dx_ptr + b * sdb + t * sdt,
-    )
-    for h0 in range(0, H, BLOCK_H):
-        h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
-        if WIDE:
-            h = h.to(tl.int64)
-        row_mask = (t < T) & (h < H)
-        mask, pmask = row_mask & i_mask, row_mask & p_mask
-        x_row, dy_row, dx_row = x_tok + h * sxh, dy_tok + h * syh, dx_tok + h * sdh
-        x1, x2 = _load_pairs(x_row, sxd, row_mask, i, HALF, INTERLEAVED, 0)
-        dy1, dy2 = _load_pairs(dy_row, syd, row_mask, i, HALF, INTERLEAVED, 0)
-        x1, x2 = x1.to(cos.dtype), x2.to(cos.dtype)
-        dy1, dy2 = dy1.to(cos.dtype), dy2.to(cos.dtype)
-        # g: the gradient of n, dy turned back by -theta. Lanes outside the tile read a
-        # NaN table entry: zero them, or they would reach the row's mean and dw.
-        g1 = tl.where(mask, dy1 * cos + dy2 * sin, 0)
-        g2 = tl.where(mask, dy2 * cos - dy1 * sin, 0)
-        squares = tl.sum(x1 * x1 + x2 * x2, axis=2, keep_dims=True)
-        if HAS_PASS:
-            xp = tl.load(x_row + d_pass * sxd, mask=pmask, other=0).to(cos.dtype)
-            gp = tl.load(dy_row + d_pass * syd, mask=pmask, other=0).to(cos.dtype)
-            squares += tl.sum(xp * xp, axis=2, keep_dims=True)
-        rstd = 1 / tl.sqrt(squares / D + eps)  # recomputed: see the header
-        xh1, xh2 = x1 * rstd, x2 * rstd  # the normalised x
-        dw1 += tl.sum(tl.sum(g1 * xh1, axis=1, keep_dims=True), axis=0, keep_dims=True)
-        dw2 += tl.sum(tl.sum(g2 * xh2, axis=1, keep_dims=True), axis=0, keep_dims=True)
-        dot = tl.sum(g1 * w1 * xh1 + g2 * w2 * xh2, axis=2, keep_dims=True)
-        if HAS_PASS:
-            xhp = xp * rstd
-            dwp += tl.sum(
-                tl.sum(gp * xhp, axis=1, keep_dims=True), axis=0, keep_dims=True
-            )
-            dot += tl.sum(gp * wp * xhp, axis=2, keep_dims=True)
-        mean = dot / D
-        out = dx_ptr.dtype.element_ty
-        dx1 = (rstd * (g1 * w1 - xh1 * mean)).to(out)
-        dx2 = (rstd * (g2 * w2 - xh2 * mean)).to(out)
-        _store_pairs(dx_row, sdd, row_mask, i, HALF, dx1, dx2, INTERLEAVED)
-        if HAS_PASS:
-            tl.store(
-                dx_row + d_pass * sdd,
-                (rstd * (gp * wp - xhp * mean)).to(out),
-                mask=pmask,
-            )
-    return dw1, dw2, dwp
+    """For loaded rows of x and dy: dx (dx1, dx2, dxp) and the rows' shares of dw
+    (g * x * rstd on the pairs and the pass dims), in the compute dtype."""
+    c = cos.dtype
+    x1, x2, xp = x1.to(c), x2.to(c), xp.to(c)
+    dy1, dy2, gp = dy1.to(c), dy2.to(c), dyp.to(c)
+    # g: the gradient of n, dy turned back by -theta. Lanes outside the tile read a
+    # NaN table entry: zero them, or they would reach the row's mean and dw.
+    g1 = tl.where(pair_mask, dy1 * cos + dy2 * sin, 0)
+    g2 = tl.where(pair_mask, dy2 * cos - dy1 * sin, 0)
+    rstd = _rstd(x1, x2, xp, D, eps, HAS_PASS)  # recomputed: see the header
+    xh1, xh2, xhp = x1 * rstd, x2 * rstd, xp * rstd  # the normalised x
+    dot = tl.sum(g1 * w1 * xh1 + g2 * w2 * xh2, axis=2, keep_dims=True)
+    if HAS_PASS:
+        dot += tl.sum(gp * wp * xhp, axis=2, keep_dims=True)
+    mean = dot / D
+    dx1 = rstd * (g1 * w1 - xh1 * mean)
+    dx2 = rstd * (g2 * w2 - xh2 * mean)
+    dxp = rstd * (gp * wp - xhp * mean)
+    return dx1, dx2, dxp, g1 * xh1, g2 * xh2, gp * xhp
 
 
 @triton.jit
@@ -416,6 +442,119 @@ def _store_dw(
 
 
 @triton.jit
+def _backward_walk(
+    x_ptr,
+    dy_ptr,
+    dx_ptr,
+    w_ptr,
+    part_ptr,
+    cos_ptr,
+    sin_ptr,
+    pos_ptr,
+    pid,
+    part_row,
+    n_programs,
+    N_TILES,
+    N_TILES_T,
+    T,
+    H,
+    HALF,
+    D,
+    R,
+    N_POS,
+    eps,
+    offset,
+    sxb,
+    sxt,
+    sxh,
+    sxd,
+    syb,
+    syt,
+    syh,
+    syd,
+    sdb,
+    sdt,
+    sdh,
+    sdd,
+    s_cos,
+    spb,
+    spt,
+    HAS_POSITIONS: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
+    HAS_PASS: tl.constexpr,
+    FP64: tl.constexpr,
+    WIDE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    BLOCK_PASS: tl.constexpr,
+):
+    """dx for program pid's run of one tensor's units, and their dw summed into row
+    part_row of the (n_programs of q and k, D) buffer."""
+    i = tl.arange(0, BLOCK_HALF)[None, None, :]
+    d_pass = R + tl.arange(0, BLOCK_PASS)[None, None, :]
+    w1, w2, wp = _weights(w_ptr, i, HALF, d_pass, D, offset, INTERLEAVED)
+    # each lane's share of dw, summed over the tokens and heads it sees
+    dw1 = tl.zeros((BLOCK_T, BLOCK_H, BLOCK_HALF), offset.dtype)
+    dw2 = tl.zeros((BLOCK_T, BLOCK_H, BLOCK_HALF), offset.dtype)
+    dwp = tl.zeros((BLOCK_T, BLOCK_H, BLOCK_PASS), offset.dtype)
+    start, end = _run_of_units(pid, n_programs, N_TILES, H, BLOCK_H)
+    b, t, h, mask = _unit_rows(start, N_TILES_T, T, H, WIDE, BLOCK_T, BLOCK_H)
+    x1, x2, xp = _load_rows(
+        x_ptr, sxb, sxt, sxh, sxd, b, t, h, mask, i, HALF, d_pass, D, INTERLEAVED,
+        HAS_PASS,
+    )  # fmt: skip
+    dy1, dy2, dyp = _load_rows(
+        dy_ptr, syb, syt, syh, syd, b, t, h, mask, i, HALF, d_pass, D, INTERLEAVED,
+        HAS_PASS,
+    )  # fmt: skip
+    cos, sin = _table(
+        cos_ptr, sin_ptr, pos_ptr, b, t, i, T, HALF, N_POS, s_cos, spb, spt,
+        HAS_POSITIONS, FP64,
+    )  # fmt: skip
+    for u in range(start, end):
+        # Unit u + 1's loads before unit u's stores (the last unit loads itself again).
+        nu = tl.minimum(u + 1, end - 1)
+        nb, nt, nh, nmask = _unit_rows(nu, N_TILES_T, T, H, WIDE, BLOCK_T, BLOCK_H)
+        nx1, nx2, nxp = _load_rows(
+            x_ptr, sxb, sxt, sxh, sxd, nb, nt, nh, nmask, i, HALF, d_pass, D,
+            INTERLEAVED, HAS_PASS,
+        )  # fmt: skip
+        ndy1, ndy2, ndyp = _load_rows(
+            dy_ptr, syb, syt, syh, syd, nb, nt, nh, nmask, i, HALF, d_pass, D,
+            INTERLEAVED, HAS_PASS,
+        )  # fmt: skip
+        if nu % tl.cdiv(H, BLOCK_H) == 0:  # a new tile of tokens: its table rows
+            ncos, nsin = _table(
+                cos_ptr, sin_ptr, pos_ptr, nb, nt, i, T, HALF, N_POS, s_cos, spb, spt,
+                HAS_POSITIONS, FP64,
+            )  # fmt: skip
+        else:
+            ncos, nsin = cos, sin
+        dx1, dx2, dxp, share1, share2, sharep = _backward_rows(
+            x1, x2, xp, dy1, dy2, dyp, cos, sin, w1, w2, wp, mask & (i < HALF), D,
+            eps, HAS_PASS,
+        )  # fmt: skip
+        dw1, dw2 = dw1 + share1, dw2 + share2
+        if HAS_PASS:
+            dwp += sharep
+        _store_rows(
+            dx_ptr, sdb, sdt, sdh, sdd, b, t, h, mask, i, HALF, d_pass, D,
+            dx1, dx2, dxp, INTERLEAVED, HAS_PASS,
+        )  # fmt: skip
+        b, t, h, mask, x1, x2, xp = nb, nt, nh, nmask, nx1, nx2, nxp
+        dy1, dy2, dyp, cos, sin = ndy1, ndy2, ndyp, ncos, nsin
+    # one sum over the tokens and heads, once per program
+    _store_dw(
+        part_ptr, part_row, D, i, HALF, d_pass, d_pass < D,
+        tl.sum(tl.sum(dw1, axis=1, keep_dims=True), axis=0, keep_dims=True),
+        tl.sum(tl.sum(dw2, axis=1, keep_dims=True), axis=0, keep_dims=True),
+        tl.sum(tl.sum(dwp, axis=1, keep_dims=True), axis=0, keep_dims=True),
+        INTERLEAVED, HAS_PASS,
+    )  # fmt: skip
+
+
+@triton.jit
 def qk_norm_rope_bwd_kernel(
     q_ptr,
     k_ptr,
@@ -425,8 +564,7 @@ def qk_norm_rope_bwd_kernel(
     dk_ptr,
     wq_ptr,
     wk_ptr,
-    dwq_ptr,
-    dwk_ptr,
+    part_ptr,
     cos_ptr,
     sin_ptr,
     pos_ptr,
@@ -441,9 +579,10 @@ def qk_norm_rope_bwd_kernel(
     eps_lo,
     offset,
     offset_lo,
-    N_TILES_T,
     N_TILES,
-    N_PROGRAMS,
+    N_TILES_T,
+    Q_PROGRAMS,
+    K_PROGRAMS,
     sqb,
     sqt,
     sqh,
@@ -477,150 +616,36 @@ def qk_norm_rope_bwd_kernel(
     FP64: tl.constexpr,
     WIDE: tl.constexpr,
     BLOCK_T: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    BLOCK_HQ: tl.constexpr,
+    BLOCK_HK: tl.constexpr,
     BLOCK_HALF: tl.constexpr,
     BLOCK_PASS: tl.constexpr,
 ):
-    # N_PROGRAMS programs, each over tiles pid, pid + N_PROGRAMS, ... of the
-    # (B, T/BLOCK_T) tiles; dwq/dwk: (N_PROGRAMS, D) fp32 (fp64 for fp64), one row per
-    # program, summed by the host.
+    # programs [0, Q_PROGRAMS) walk q's units, the next K_PROGRAMS k's; program pid
+    # writes row pid of part_ptr's (Q_PROGRAMS + K_PROGRAMS, D) buffer (fp32; fp64 for
+    # fp64), whose rows the host sums: q's first, then k's.
     pid = tl.program_id(0)
-    i = tl.arange(0, BLOCK_HALF)[None, None, :]
-    p = tl.arange(0, BLOCK_PASS)[None, None, :]
-    d_pass = R + p
-    acc_dt = tl.float64 if FP64 else tl.float32
-    dwq1 = tl.zeros((1, 1, BLOCK_HALF), acc_dt)
-    dwq2 = tl.zeros((1, 1, BLOCK_HALF), acc_dt)
-    dwqp = tl.zeros((1, 1, BLOCK_PASS), acc_dt)
-    dwk1 = tl.zeros((1, 1, BLOCK_HALF), acc_dt)
-    dwk2 = tl.zeros((1, 1, BLOCK_HALF), acc_dt)
-    dwkp = tl.zeros((1, 1, BLOCK_PASS), acc_dt)
-    for tile in range(pid, N_TILES, N_PROGRAMS):
-        b = tile // N_TILES_T
-        t = (tile % N_TILES_T) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None, None]
-        if WIDE:
-            b, t = b.to(tl.int64), t.to(tl.int64)
-        cos, sin = _table(
-            cos_ptr,
-            sin_ptr,
-            pos_ptr,
-            b,
-            t,
-            i,
-            T,
-            HALF,
-            N_POS,
-            s_cos,
-            spb,
-            spt,
-            HAS_POSITIONS,
-            FP64,
-        )
-        a1, a2, ap = _backward_heads(
-            q_ptr,
-            dqo_ptr,
-            dq_ptr,
-            wq_ptr,
-            b,
-            t,
-            i,
-            p,
-            cos,
-            sin,
-            T,
-            HQ,
-            HALF,
-            D,
-            R,
-            eps,
-            eps_lo,
-            offset,
-            offset_lo,
-            sqb,
-            sqt,
-            sqh,
-            sqd,
-            syqb,
-            syqt,
-            syqh,
-            syqd,
-            sdqb,
-            sdqt,
-            sdqh,
-            sdqd,
-            INTERLEAVED,
-            HAS_PASS,
-            WIDE,
-            BLOCK_H,
-        )
-        dwq1, dwq2, dwqp = dwq1 + a1, dwq2 + a2, dwqp + ap
-        a1, a2, ap = _backward_heads(
-            k_ptr,
-            dko_ptr,
-            dk_ptr,
-            wk_ptr,
-            b,
-            t,
-            i,
-            p,
-            cos,
-            sin,
-            T,
-            HK,
-            HALF,
-            D,
-            R,
-            eps,
-            eps_lo,
-            offset,
-            offset_lo,
-            skb,
-            skt,
-            skh,
-            skd,
-            sykb,
-            sykt,
-            sykh,
-            sykd,
-            sdkb,
-            sdkt,
-            sdkh,
-            sdkd,
-            INTERLEAVED,
-            HAS_PASS,
-            WIDE,
-            BLOCK_H,
-        )
-        dwk1, dwk2, dwkp = dwk1 + a1, dwk2 + a2, dwkp + ap
-    p_mask = d_pass < D
-    _store_dw(
-        dwq_ptr,
-        pid,
-        D,
-        i,
-        HALF,
-        d_pass,
-        p_mask,
-        dwq1,
-        dwq2,
-        dwqp,
-        INTERLEAVED,
-        HAS_PASS,
-    )
-    _store_dw(
-        dwk_ptr,
-        pid,
-        D,
-        i,
-        HALF,
-        d_pass,
-        p_mask,
-        dwk1,
-        dwk2,
-        dwkp,
-        INTERLEAVED,
-        HAS_PASS,
-    )
+    compute = tl.float64 if FP64 else tl.float32
+    eps = tl.cast(eps, compute) + eps_lo  # fp64 keeps both halves
+    offset = tl.cast(offset, compute) + offset_lo
+    if pid < Q_PROGRAMS:
+        _backward_walk(
+            q_ptr, dqo_ptr, dq_ptr, wq_ptr, part_ptr, cos_ptr, sin_ptr, pos_ptr, pid,
+            pid, Q_PROGRAMS, N_TILES, N_TILES_T, T, HQ, HALF, D, R, N_POS, eps,
+            offset, sqb, sqt, sqh, sqd, syqb, syqt, syqh, syqd,
+            sdqb, sdqt, sdqh, sdqd, s_cos, spb, spt,
+            HAS_POSITIONS, INTERLEAVED, HAS_PASS, FP64, WIDE,
+            BLOCK_T, BLOCK_HQ, BLOCK_HALF, BLOCK_PASS,
+        )  # fmt: skip
+    else:
+        _backward_walk(
+            k_ptr, dko_ptr, dk_ptr, wk_ptr, part_ptr, cos_ptr, sin_ptr, pos_ptr,
+            pid - Q_PROGRAMS, pid, K_PROGRAMS, N_TILES, N_TILES_T, T, HK, HALF, D, R,
+            N_POS, eps, offset, skb, skt, skh, skd, sykb, sykt, sykh, sykd,
+            sdkb, sdkt, sdkh, sdkd, s_cos, spb, spt,
+            HAS_POSITIONS, INTERLEAVED, HAS_PASS, FP64, WIDE,
+            BLOCK_T, BLOCK_HK, BLOCK_HALF, BLOCK_PASS,
+        )  # fmt: skip
 
 
 def _fp32_pair(x):
@@ -631,35 +656,89 @@ def _fp32_pair(x):
     return hi, x - hi
 
 
-PAIRS_PER_TILE, NUM_WARPS = 2048, 8  # final's tile; to be tuned on the GPU
-PROGRAMS_PER_SM = (
-    4  # the backward's programs: enough to fill the GPU, few dw rows to sum
-)
-CPU_PROGRAMS = 4  # under the interpreter: a few, so the tests walk several tiles each
+class Tuning(NamedTuple):
+    """A launch's tunables."""
+
+    pairs_per_tile: int  # a unit's tile: BLOCK_T x BLOCK_H x BLOCK_HALF pairs
+    num_warps: int
+    programs_per_sm: int  # the persistent grid; CPU_SMS "SMs" under the interpreter
 
 
-def _shared_args(q, k, cos, positions, rotary_dim, interleaved):
-    """What both kernels take: (T, HQ, HK, HALF, D, R, N_POS), (s_cos, spb, spt), the
-    constexprs, and the number of token tiles per sequence."""
+# 1024 pairs = 16 tokens of D = 128: 16 bytes a thread a load in bf16 with 4 warps.
+# Compiled for sm_90 (bf16, D = 128) the forward holds 96 registers a thread and the
+# backward 146: 5 and 3 programs of 4 warps fit an SM, and a persistent grid wants no
+# more programs than fit at once. Of the H100 sweep's seven settings these were the best
+# (forward) and level with the best (backward) on the three prefill shapes.
+FORWARD = Tuning(pairs_per_tile=1024, num_warps=4, programs_per_sm=5)
+BACKWARD = Tuning(pairs_per_tile=1024, num_warps=4, programs_per_sm=3)
+CPU_SMS = 1  # under the interpreter: a few programs, so each walks several units
+
+
+def _tiles(T, HQ, HK, half, pairs_per_tile):
+    """(BLOCK_T, BLOCK_HQ, BLOCK_HK, BLOCK_HALF): as many tokens as fit in
+    pairs_per_tile pairs, then as many heads of q, and of k, as still fit."""
+    block_half = triton.next_power_of_2(half)
+    block_t = min(triton.next_power_of_2(T), max(1, pairs_per_tile // block_half))
+    heads = max(1, pairs_per_tile // (block_t * block_half))
+    return (
+        block_t,
+        min(triton.next_power_of_2(HQ), heads),
+        min(triton.next_power_of_2(HK), heads),
+        block_half,
+    )
+
+
+@cache
+def _sm_count(device_index):
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _launch_args(q, k, cos, positions, rotary_dim, interleaved, eps, offset, tuning):
+    """What both kernels take after their pointers: the sizes, eps and weight_offset,
+    the tiles and programs (``scalars``); the table's strides; the constexprs. And the
+    programs of q and of k."""
     B, T, HQ, D = q.shape
-    R = rotary_dim
-    BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(
-        T, max(HQ, k.shape[2]), R // 2, PAIRS_PER_TILE
+    HK, R = k.shape[2], rotary_dim
+    BLOCK_T, BLOCK_HQ, BLOCK_HK, BLOCK_HALF = _tiles(
+        T, HQ, HK, R // 2, tuning.pairs_per_tile
+    )
+    n_tiles_t = triton.cdiv(T, BLOCK_T)
+    n_tiles = B * n_tiles_t
+    # the grid, split by heads; a tensor gets no more programs than it has units
+    sms = _sm_count(q.get_device()) if q.is_cuda else CPU_SMS
+    programs = tuning.programs_per_sm * sms
+    q_programs = round(programs * HQ / (HQ + HK))
+    q_programs = min(n_tiles * triton.cdiv(HQ, BLOCK_HQ), max(1, q_programs))
+    k_programs = min(n_tiles * triton.cdiv(HK, BLOCK_HK), max(1, programs - q_programs))
+    scalars = (
+        T,
+        HQ,
+        HK,
+        R // 2,
+        D,
+        R,
+        cos.shape[0],
+        *_fp32_pair(eps),
+        *_fp32_pair(offset),
+        n_tiles,
+        n_tiles_t,
+        q_programs,
+        k_programs,
     )
     spb, spt = (0, 0) if positions is None else positions.stride()
-    constexprs = dict(
-        HAS_POSITIONS=positions is not None,
-        INTERLEAVED=interleaved,
-        HAS_PASS=R < D,
-        FP64=q.dtype == torch.float64,
-        WIDE=max(_last_offset(t) for t in (q, k)) >= 2**31,
-        BLOCK_T=BLOCK_T,
-        BLOCK_H=BLOCK_H,
-        BLOCK_HALF=BLOCK_HALF,
-        BLOCK_PASS=triton.next_power_of_2(max(D - R, 1)),
-    )
-    sizes = (T, HQ, k.shape[2], R // 2, D, R, cos.shape[0])
-    return sizes, (cos.stride(0), spb, spt), constexprs, triton.cdiv(T, BLOCK_T)
+    constexprs = {
+        "HAS_POSITIONS": positions is not None,
+        "INTERLEAVED": interleaved,
+        "HAS_PASS": R < D,
+        "FP64": q.dtype == torch.float64,
+        "WIDE": False,  # the launcher sets it from all its tensors
+        "BLOCK_T": BLOCK_T,
+        "BLOCK_HQ": BLOCK_HQ,
+        "BLOCK_HK": BLOCK_HK,
+        "BLOCK_HALF": BLOCK_HALF,
+        "BLOCK_PASS": triton.next_power_of_2(max(D - R, 1)),
+    }
+    return scalars, (cos.stride(0), spb, spt), constexprs, (q_programs, k_programs)
 
 
 def qk_norm_rope_forward(
@@ -677,19 +756,22 @@ def qk_norm_rope_forward(
     interleaved,
     rotary_dim,
     weight_offset,
+    **tuning,
 ):
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D); any strides; q_out may be q
     (and k_out k): in place. w_q, w_k: (D,). cos, sin: (n_positions, rotary_dim/2),
-    contiguous. positions: None or (B, T) integers. Returns (q_out, k_out)."""
+    contiguous. positions: None or (B, T) integers. tuning: overrides of ``FORWARD``'s
+    fields. Returns (q_out, k_out)."""
     w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
     if q.shape[0] * q.shape[1] == 0:
         return q_out, k_out
-    sizes, table_strides, constexprs, n_tiles_t = _shared_args(
-        q, k, cos, positions, rotary_dim, interleaved
+    tuning = FORWARD._replace(**tuning)
+    scalars, table_strides, constexprs, programs = _launch_args(
+        q, k, cos, positions, rotary_dim, interleaved, eps, weight_offset, tuning
     )
+    constexprs["WIDE"] = max(_last_offset(t) for t in (q, k, q_out, k_out)) >= 2**31
     pos = q if positions is None else positions  # a placeholder pointer, never read
-    constexprs["WIDE"] |= max(_last_offset(t) for t in (q_out, k_out)) >= 2**31
-    qk_norm_rope_fwd_kernel[(n_tiles_t, q.shape[0])](
+    qk_norm_rope_fwd_kernel[(sum(programs),)](
         q,
         k,
         q_out,
@@ -699,16 +781,14 @@ def qk_norm_rope_forward(
         cos,
         sin,
         pos,
-        *sizes,
-        *_fp32_pair(eps),
-        *_fp32_pair(weight_offset),
+        *scalars,
         *q.stride(),
         *k.stride(),
         *q_out.stride(),
         *k_out.stride(),
         *table_strides,
         **constexprs,
-        num_warps=NUM_WARPS,
+        num_warps=tuning.num_warps,
     )
     return q_out, k_out
 
@@ -728,31 +808,27 @@ def qk_norm_rope_backward(
     interleaved,
     rotary_dim,
     weight_offset,
+    **tuning,
 ):
     """The gradients of ``qk_norm_rope_forward`` (out of place) for output gradients
-    dq_out, dk_out (any strides). q, k: the forward's inputs. Returns
-    (dq, dk, dw_q, dw_k): dq, dk laid out like q and k, dw_q and dw_k in the weights'
-    dtypes."""
+    dq_out, dk_out (any strides). q, k: the forward's inputs. tuning: overrides of
+    ``BACKWARD``'s fields. Returns (dq, dk, dw_q, dw_k): dq, dk laid out like q and k,
+    dw_q and dw_k in the weights' dtypes."""
     w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
     dq, dk = torch.empty_like(q), torch.empty_like(k)
     B, T, _, D = q.shape
     if B * T == 0:
         return dq, dk, torch.zeros_like(w_q), torch.zeros_like(w_k)
-    sizes, table_strides, constexprs, n_tiles_t = _shared_args(
-        q, k, cos, positions, rotary_dim, interleaved
+    tuning = BACKWARD._replace(**tuning)
+    scalars, table_strides, constexprs, programs = _launch_args(
+        q, k, cos, positions, rotary_dim, interleaved, eps, weight_offset, tuning
     )
-    constexprs["WIDE"] |= max(_last_offset(t) for t in (dq_out, dk_out)) >= 2**31
-    n_tiles = B * n_tiles_t
-    if q.is_cuda:
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        n_programs = min(n_tiles, PROGRAMS_PER_SM * sms)
-    else:
-        n_programs = min(n_tiles, CPU_PROGRAMS)
+    tensors = (q, k, dq_out, dk_out, dq, dk)
+    constexprs["WIDE"] = max(_last_offset(t) for t in tensors) >= 2**31
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dwq_part = torch.empty(n_programs, D, dtype=acc, device=q.device)
-    dwk_part = torch.empty(n_programs, D, dtype=acc, device=q.device)
+    dw_part = torch.empty(sum(programs), D, dtype=acc, device=q.device)
     pos = q if positions is None else positions
-    qk_norm_rope_bwd_kernel[(n_programs,)](
+    qk_norm_rope_bwd_kernel[(sum(programs),)](
         q,
         k,
         dq_out,
@@ -761,17 +837,11 @@ def qk_norm_rope_backward(
         dk,
         w_q,
         w_k,
-        dwq_part,
-        dwk_part,
+        dw_part,
         cos,
         sin,
         pos,
-        *sizes,
-        *_fp32_pair(eps),
-        *_fp32_pair(weight_offset),
-        n_tiles_t,
-        n_tiles,
-        n_programs,
+        *scalars,
         *q.stride(),
         *k.stride(),
         *dq_out.stride(),
@@ -780,8 +850,9 @@ def qk_norm_rope_backward(
         *dk.stride(),
         *table_strides,
         **constexprs,
-        num_warps=NUM_WARPS,
+        num_warps=tuning.num_warps,
     )
-    dw_q = dwq_part.sum(0).to(w_q.dtype)
-    dw_k = dwk_part.sum(0).to(w_k.dtype)
+    q_programs = programs[0]
+    dw_q = dw_part[:q_programs].sum(0).to(w_q.dtype)
+    dw_k = dw_part[q_programs:].sum(0).to(w_k.dtype)
     return dq, dk, dw_q, dw_k
