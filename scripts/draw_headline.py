@@ -19,7 +19,7 @@ ordered by the bytes they move; a label, read from the JSON's shape, is three sh
 (T in units of 1024 as "k"), the heads Hq/Hkv (one number when equal), D; and "decode" for the
 shape at given positions.
 
-Bars above 100 % are real rows of the JSON, not clipped: the floor (bench.copy) clones each
+Bars above 100 % are real rows of the JSON, not clipped: the floor (bench.copy) copies each
 tensor in its own launch, which a one-launch kernel beats on small shapes; book/intro.md's
 caption says why.
 """
