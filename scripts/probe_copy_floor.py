@@ -1,11 +1,11 @@
-"""Why the CUDA-graph copy floor was slower than the eager one: clone() against a copy on
-the SMs, eager and replayed from a CUDA graph, on three shapes (H100, bf16).
+"""Why the CUDA-graph copy floor was slower than the eager one: clone() against a copy
+on the SMs, eager and replayed from a CUDA graph, on three shapes (H100, bf16).
 
     python scripts/probe_copy_floor.py > results/copy_floor_h100.txt
 
-clone() and empty_like().copy_() are a cudaMemcpy: eagerly as fast as a copy kernel, but a
-CUDA graph captures them as a memcpy node. ``bench.copy`` (the floor since this probe) and
-an elementwise ``mul(1)`` are kernels on the SMs in both modes.
+clone() and empty_like().copy_() are a cudaMemcpy: eagerly as fast as a copy kernel, but
+a CUDA graph captures them as a memcpy node. ``bench.copy`` (the floor since this probe)
+and an elementwise ``mul(1)`` are kernels on the SMs in both modes.
 """
 
 from functools import partial

@@ -61,7 +61,18 @@ def test_median_rows():
     passes[1][2] = dict(passes[1][2], error="RuntimeError: boom", ms=None)
     *_, free = bench_angles.median_rows(passes)
     assert free["error"] == "RuntimeError: boom" and free["ms"] is None
-    assert free["ratio"] is None and free["pct_floor"] is None
+    assert free["ratio"] is None and free["pct_floor"] is None and free["gbps"] is None
+    passes[0][1] = dict(passes[0][1], error="RuntimeError: table", ms=None)
+    passes[2][0] = dict(passes[2][0], error="RuntimeError: copy", ms=None)
+    copy, table, free = bench_angles.median_rows(passes)  # errors end nothing
+    assert table["error"] == "RuntimeError: table" and table["pct_floor"] is None
+    assert free["graph_ratio"] is None and free["graph_pct_floor"] is None
+    assert bench_angles.format_ratios([copy, table, free]).splitlines()[1].split() == [
+        "s",
+        "fwd",
+        "-",
+        "-",
+    ]
 
 
 def test_format_ratios():

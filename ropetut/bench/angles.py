@@ -47,9 +47,12 @@ def make_provider(name: str, shape: bench.Shape):
     """``fn(q, k) -> (q_out, k_out)`` on (B, T, H, D) tensors; frequencies, table and
     positions are built here, untimed."""
     inv_freq = standard(shape.D).float().to(DEVICE)
-    if shape.positions:
+    if shape.positions:  # the same positions for every provider
         first = DECODE_FIRST_POSITION
-        pos = torch.randint(first, first + bench.N_POSITIONS, (shape.B, shape.T))
+        draw = torch.Generator().manual_seed(0)
+        pos = torch.randint(
+            first, first + bench.N_POSITIONS, (shape.B, shape.T), generator=draw
+        )
         pos, n_rows = pos.to(DEVICE), first + bench.N_POSITIONS
     else:
         pos, n_rows = None, shape.T
@@ -92,8 +95,8 @@ def median_rows(passes: list) -> list:
             times = [r[prefix + "ms"] for r in same]
             row[prefix + "runs_ms"] = times
             row[prefix + "ms"] = None if errors else statistics.median(times)
-        if row["ms"]:  # the same bytes over the median time
-            row["gbps"] = same[0]["gbps"] * same[0]["ms"] / row["ms"]
+        # the same bytes over the median time
+        row["gbps"] = same[0]["gbps"] * same[0]["ms"] / row["ms"] if row["ms"] else None
         rows.append(row)
     for prefix in ("", "graph_"):
         floor = {
@@ -106,11 +109,15 @@ def median_rows(passes: list) -> list:
             for r in rows
             if r["provider"] == TABLE
         }
-        for r in rows:
+        for r in rows:  # None where a time is missing (an error in some pass)
             key, ms = (r["shape"], r["mode"]), r[prefix + "ms"]
-            r[prefix + "pct_floor"] = floor[key] / ms * 100 if ms else None
+            r[prefix + "pct_floor"] = (
+                floor[key] / ms * 100 if ms and floor[key] else None
+            )
             r[prefix + "ratio"] = (
-                ms / table[key] if r["provider"] == TABLE_FREE and ms else None
+                ms / table[key]
+                if r["provider"] == TABLE_FREE and ms and table[key]
+                else None
             )
             r[prefix + "vs_liger"] = None  # bench.format_table's column
     return rows
@@ -130,8 +137,11 @@ def format_ratios(rows) -> str:
     """table-free ÷ table, eager and graphed, one line per shape and mode."""
     lines = [f"{'shape':37} {'mode':7} {'eager':>6} {'graph':>6}"]
     for r in rows:
-        if r["provider"] == TABLE_FREE and not r["error"]:
-            cells = [f"{r[p + 'ratio']:6.3f}" for p in ("", "graph_")]
+        if r["provider"] == TABLE_FREE:
+            cells = [
+                "     -" if r[p + "ratio"] is None else f"{r[p + 'ratio']:6.3f}"
+                for p in ("", "graph_")
+            ]
             lines.append(f"{r['shape']:37} {r['mode']:7} {' '.join(cells)}")
     return "\n".join(lines)
 

@@ -8,7 +8,7 @@ and w_k):
 - ``liger``: Liger's RMSNorm on each head, then Liger's RoPE (two kernels each way);
 - ``torch eager``: the unfused PyTorch module (RMSNorm in fp32, then RoPE in fp32);
 - ``torch.compile``: that module compiled by Inductor;
-- ``copy (floor)``: a clone of q and k (fwd+bwd: of the gradients too).
+- ``copy (floor)``: ``bench.copy`` of q and k (fwd+bwd: of the gradients too).
 
 Inputs are laid out as Hugging Face's Qwen3 makes them: the projection viewed as
 (B, T, H, D), normalised there, and handed to RoPE as (B, H, T, D) views. The timers,

@@ -17,15 +17,18 @@ What it changes from ``final``, and why:
     exact; the three small ones left (at most inv_freq / 2pi each) cost about 1e-8 turn;
   - the fractions are summed in float-float (Knuth's TwoSum, exact) and reduced to
     [-1/2, 1/2] turn; the turn, not an angle in radians, goes to cos and sin.
-  Measured on CPU: about 2e-7 radians at any position up to 2**30; by 2**36, the fp64
-  rounding of inv_freq / 2pi (1e-16 relative) costs 3e-6. A position outside
+  tests/test_angles.py holds the error to 1e-6 of the output's scale up to position
+  2**24. Beyond, the fp64 rounding of inv_freq / 2pi (1.1e-16 relative) grows with the
+  position: at most position * inv_freq * 1.1e-16 radians, 7.6e-6 at 2**36 for
+  inv_freq = 1. A position outside
   [0, 2**36) gets NaN, as ``final`` gives NaN for a row outside its table.
-- cos and sin of the reduced turn come from two short polynomials (``_cos_sin_of_turn``),
-  not libdevice's sinf and cosf, whose reduction of large arguments is never needed here
-  but bloats the kernel; the same arithmetic runs in Triton's interpreter.
-- the angles are a 2-D (tokens, pairs) tensor, computed once each and then broadcast over
-  the tile's heads. Computed on the (tokens, heads, pairs) tile, each angle would be
-  recomputed for every head.
+- cos and sin of the reduced turn come from two short polynomials
+  (``_cos_sin_of_turn``), not libdevice's sinf and cosf, whose reduction of large
+  arguments is never needed here but bloats the kernel; the same arithmetic runs in
+  Triton's interpreter.
+- the angles are a 2-D (tokens, pairs) tensor, computed once each and then broadcast
+  over the tile's heads. Computed on the (tokens, heads, pairs) tile, each angle would
+  be recomputed for every head.
 - fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product.
 Everything else is ``final``'s: GQA, half-split or interleaved pairs (an interleaved
 row loaded and stored whole, split into its even and odd dims in registers), partial
@@ -53,7 +56,7 @@ MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
 TWO_PI_HI = tl.constexpr(6.2831854820251465)  # float32(2 pi)
 TWO_PI_LO = tl.constexpr(-1.7484555314695172e-07)  # float32(2 pi - TWO_PI_HI)
 # sin(pi/2 r) and cos(pi/2 r) for |r| <= 1/2 by their Taylor series, coefficients
-# rounded to float32: within 1e-7 of the true values there (tests/test_angles.py)
+# rounded to float32 (tests/test_angles.py checks them against float64 cos and sin)
 SIN_C1 = tl.constexpr(1.5707963705062866)
 SIN_C3 = tl.constexpr(-0.6459640860557556)
 SIN_C5 = tl.constexpr(0.07969262450933456)
@@ -77,15 +80,16 @@ def _add_exactly(hi, lo, x):
 
 @triton.jit
 def _fraction(x):
-    """x less its nearest integer, in [-1/2, 1/2]: exact (Sterbenz) but where x + 1/2
-    rounds up to the next integer, which costs at most 2**-26 turn. (x - floor(x) is not
-    exact for x in (-1, 0): x + 1 needs more bits than x has.)"""
+    """x less an integer near it, exactly (Sterbenz): in [-1/2, 1/2], or one whole turn
+    below where x + 1/2 rounds up to the next integer (then down to -1), which the last
+    reduction takes out. (x - floor(x) is not exact for x in (-1, 0): x + 1 needs more
+    bits than x has.)"""
     return x - tl.floor(x + 0.5)
 
 
 @triton.jit
 def _fraction_of_turns(words_ptr, i, HALF, pos):
-    """position * inv_freq / 2pi mod 1 as float-float (hi, lo), hi in [-3, 3].
+    """position * inv_freq / 2pi mod 1 as float-float (hi, lo), hi a few turns at most.
 
     Six products of a 12-bit position part and a 12-bit word are exact, and so are their
     fractions; the three that are left are at most inv_freq / 2pi in size, so rounding
@@ -198,8 +202,8 @@ def rope_angles_kernel(
 
 
 # Tiles as final's (``tile_sizes``: heads first, then tokens), of 1024 pairs and 2
-# warps: the most even of the tiles swept on the H100 (``python -m ropetut bench-angles``
-# compares this kernel with the table's).
+# warps, chosen from a sweep of tiles and warps on the H100 (issue 26's note);
+# ``python -m ropetut bench-angles`` compares this kernel with the table's.
 PAIRS_PER_TILE, NUM_WARPS = 1024, 2
 # (shapes, strides, dtypes, options) -> (compiled kernel, grid, device, scalars)
 _LAUNCHES = {}
@@ -220,28 +224,31 @@ def turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.stack([c0, c1, c2, c - c0, c - c0 - c1, c - c0 - c1 - c2]).float()
 
 
-_KEPT_WORDS = {}  # id(inv_freq) -> (weak reference, version, dtype, words)
+_KEPT_WORDS = {}  # (id(inv_freq), dtype) -> (weak reference, version, pointer, words)
 
 
 def kept_turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``turn_words``, kept per inv_freq tensor while it lives and is not written to:
-    an eager model passes the same frequencies on every call, and computing the words
-    takes a dozen small launches. (An inference tensor has no version counter to tell
-    a write: its words are not kept. The operators ``torch.compile`` sees compute
-    their own words: a graph replays them for free.)"""
-    if inv_freq.is_inference():
-        return turn_words(inv_freq, dtype)
-    kept = _KEPT_WORDS.get(id(inv_freq))
-    if (
-        kept is not None
-        and kept[0]() is inv_freq
-        and kept[1:3] == (inv_freq._version, dtype)
+    """``turn_words``, kept per inv_freq tensor and dtype while the tensor lives, its
+    version counter has not moved and its storage is the same: an eager model passes
+    the same frequencies on every call, and computing the words takes a dozen small
+    launches. Writes the version counter cannot see (through ``.data`` or numpy) are
+    not seen here either. Not kept: an inference tensor's words (it has no version
+    counter), and words computed while a CUDA graph is being captured, which the graph
+    must compute on every replay. The operators ``torch.compile`` sees compute their
+    own words."""
+    if inv_freq.is_inference() or (
+        inv_freq.is_cuda and torch.cuda.is_current_stream_capturing()
     ):
+        return turn_words(inv_freq, dtype)
+    key = (id(inv_freq), dtype)
+    state = (inv_freq._version, inv_freq.data_ptr())
+    kept = _KEPT_WORDS.get(key)
+    if kept is not None and kept[0]() is inv_freq and kept[1:3] == state:
         return kept[3]
     words = turn_words(inv_freq, dtype)
     if len(_KEPT_WORDS) >= 256:  # a bound for callers that make new frequencies
         _KEPT_WORDS.clear()
-    _KEPT_WORDS[id(inv_freq)] = (weakref.ref(inv_freq), inv_freq._version, dtype, words)
+    _KEPT_WORDS[key] = (weakref.ref(inv_freq), *state, words)
     return words
 
 
@@ -262,7 +269,8 @@ def rope_angles(
     in_place = q_out.data_ptr() == q.data_ptr()
     key = (
         q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
-        None if k is None else (k.shape, k.stride(), k_out.stride(), k.dtype),
+        None if k is None
+        else (k.shape, k.stride(), k_out.stride(), k.dtype, k_out.dtype),
         words.dtype,
         None if positions is None else (positions.stride(), positions.dtype),
         R, interleaved, backward, in_place,

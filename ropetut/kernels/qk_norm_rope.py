@@ -34,10 +34,11 @@ to the forward, a (B, T, H) buffer and a read to the backward, to save a few flo
 memory-bound kernel.
 
 How the work is laid out: what changed from the first version (``qk_norm_rope_v1.py``,
-kept for the chapter), and why. On the H100 v1's forward ran at ~85 % of the copy floor
-and its backward made fwd+bwd only 0.91x Liger's unfused pair: 207 registers a thread
-(one program per SM), dw summed across warps on every tile (12 barriers a tile), k's 8
-heads run in tiles sized for q's 32, and stores ahead of the next loads.
+kept for the chapter), and why. On the H100 v1's forward fell short of the copy floor
+and its backward made fwd+bwd barely faster than Liger's unfused pair (issue 25 has the
+figures): so many registers a thread that one program fit an SM, dw summed across warps
+on every tile (barriers in the loop), k's few heads run in tiles sized for q's many,
+and stores ahead of the next loads.
 
 - A unit of work is a tile of BLOCK_T tokens x BLOCK_H heads x all pairs of one tensor:
   tokens first (prefill: 16 tokens of one head for D = 128), heads when the tokens run
@@ -665,10 +666,10 @@ class Tuning(NamedTuple):
 
 
 # 1024 pairs = 16 tokens of D = 128: 16 bytes a thread a load in bf16 with 4 warps.
-# Compiled for sm_90 (bf16, D = 128) the forward holds 96 registers a thread and the
-# backward 146: 5 and 3 programs of 4 warps fit an SM, and a persistent grid wants no
-# more programs than fit at once. Of the H100 sweep's seven settings these were the best
-# (forward) and level with the best (backward) on the three prefill shapes.
+# Compiled for sm_90 (bf16, D = 128), the registers a thread of the forward let 5
+# programs of 4 warps share an SM, the backward's 3, and a persistent grid wants no
+# more programs than fit at once (the compiled kernels' register counts, and an H100
+# sweep of tiles, warps and programs per SM: issue 25's note).
 FORWARD = Tuning(pairs_per_tile=1024, num_warps=4, programs_per_sm=5)
 BACKWARD = Tuning(pairs_per_tile=1024, num_warps=4, programs_per_sm=3)
 CPU_SMS = 1  # under the interpreter: a few programs, so each walks several units

@@ -3,15 +3,17 @@
 The fused QK-RMSNorm + RoPE as it first landed (issue 18), unchanged in behaviour; the
 kernels users run are ``qk_norm_rope.py``'s. Its launchers take the same arguments as
 that file's, so a benchmark can time the two side by side. What the H100 showed
-(sm_90, bf16): the forward reaches ~85 % of the copy floor, the backward is slow
-(fwd+bwd 0.91x Liger's unfused pair). Why, from the compiled kernels:
+(sm_90, bf16; issue 25 has the figures): the forward falls short of the copy floor, the
+backward is slow (fwd+bwd barely faster than Liger's unfused pair). Why, from the
+compiled kernels:
 
 - one program walks a tile of tokens x all heads, q then k: the k phase reuses the tile
   sized for q's 32 heads on k's 8, so 6 of 8 warps idle there (forward and backward);
 - the forward stores q before it loads k, so each program has one tile in flight;
-- the backward holds 207 registers a thread with 256 threads: one program per SM;
+- the backward holds so many registers a thread, with 256 threads, that one program
+  fits an SM;
 - dw is summed over the tile's tokens and heads on every tile, across warps in shared
-  memory: 12 barriers a tile, and the next tile is loaded only after the stores.
+  memory: barriers on every tile, and the next tile is loaded only after the stores.
 
 The math, what is stored and what is recomputed are as in ``qk_norm_rope.py``; the
 helpers both share (the table, the dw row, the fp32 pair) live there.
