@@ -12,13 +12,18 @@
 #   env       results/ENVIRONMENT.md: where those outputs came from
 #   fresh     scripts/check_fresh_outputs.py: no chapter's sources changed after the run that
 #             made its stored outputs (needs the git history; it fails, not passes, without it)
-# and two that run only when asked for in STEPS:
+# and three that run only when asked for in STEPS:
 #   host      scripts/host_before_after.py $BASELINE: host time per call, an older ropetut/ in
 #             $BASELINE against this one, taking turns (git archive <ref> ropetut | tar -x -C DIR)
 #   triton371 the test suite again under Triton 3.7.1 (requirements.txt's pin), staged into
 #             /tmp/triton371 by scripts/triton-install.sh (four calls, see there). The machine's
 #             torch 2.11 is built for Triton 3.6, so torch.compile tests may fail there for
 #             reasons outside ropetut: compare with the tests step's counts.
+#   hf        scripts/hf_step_time.py -> results/hf_dropin_h100.json (copied to $OUT): the
+#             Hugging Face drop-in against unpatched transformers and Liger on 8B-like stacks;
+#             installs .hf-wheels/ (scripts/hf-wheels.sh: transformers) into /tmp/site first,
+#             so carry ".whl .hf-wheels", e.g. STEPS=hf bash scripts/gpu-validate.sh; HF_ARGS
+#             passes options (--layers 4, --repeats 3, ...)
 # STEPS picks some of them, e.g. STEPS="check bench" bash scripts/gpu-validate.sh; CHAPTERS
 # (paths) limits the chapters and nbval steps to those notebooks. With OUT set, the chapters
 # step leaves $OUT/chapters.tgz (notebooks, results/ledger, results/training_h100). A later
@@ -158,6 +163,18 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
 }
 step tests suite
 step host python3 scripts/host_before_after.py "${BASELINE:-.baseline}"
+hf_dropin() {
+  local status=0 json=results/hf_dropin_h100.json
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .hf-wheels/*.whl || return 1
+  mkdir -p results
+  # shellcheck disable=SC2086
+  PYTHONPATH="/tmp/site:$PYTHONPATH" python3 scripts/hf_step_time.py --json "$json" \
+    ${HF_ARGS:-} || status=1
+  [[ -z "${OUT:-}" || ! -f "$json" ]] || cp "$json" "$OUT/"
+  return $status
+}
+step hf hf_dropin
 PYTHONPATH="/tmp/triton371:$PYTHONPATH" step triton371 suite
 step bench bash -c 'python3 -m ropetut bench --quick --json results/bench_h100.json &&
   python3 scripts/draw_headline.py --json results/bench_h100.json --out book/_static/headline.png'
