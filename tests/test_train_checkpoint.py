@@ -11,7 +11,6 @@ evaluation points fall between checkpoints.
 
 import json
 import os
-from dataclasses import asdict
 
 import pytest
 import torch
@@ -40,7 +39,7 @@ def untimed(record: dict) -> dict:
 
 def digest(model_config, train_config) -> str:
     return train.config_hash(
-        model_config.to_dict(), asdict(train_config), train.regime()
+        model_config.to_dict(), train_config.to_dict(), train.regime(train_config)
     )
 
 

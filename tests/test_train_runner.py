@@ -59,7 +59,7 @@ def test_a_run_made_in_another_regime_is_rerun(tmp_path, two, monkeypatch, capsy
     autocast, fused AdamW), nor the other way round: the regime is in the hash."""
     here = train.regime()
     study(tmp_path)
-    monkeypatch.setattr(train, "regime", lambda: "another regime than " + here)
+    monkeypatch.setattr(train, "regime", lambda *_: "another regime than " + here)
     assert len(study(tmp_path)) == 2
     assert f"regime: {here!r}" in capsys.readouterr().out
 

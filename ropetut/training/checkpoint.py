@@ -2,9 +2,10 @@
 stopped (issue 17, item 3: a device call lasts at most 10 minutes, a run may not).
 
 A checkpoint is one ``torch.save`` file, ``<run file>.ckpt``, written whole or not at
-all. It holds the run's configuration hash, the steps done, the model's and the
-optimizer's state, the RNG states (torch's CPU generator, CUDA's, and the batch order's
-generator), the loss curve so far, the evaluation points and the training seconds spent.
+all. It holds the run's configuration hash, the steps done, the model's state, the
+optimizers' (AdamW's, or Muon's and AdamW's) and the GradScaler's (empty when it is
+off), the RNG states (torch's CPU generator, CUDA's, and the batch order's generator),
+the loss curve so far, the evaluation points and the training seconds spent.
 The learning-rate schedule needs no state of its own: ``lr_at`` is a function of the
 step. ``read_checkpoint`` trusts a file only if it loads, has every part, and belongs
 to the configuration asked for.
@@ -21,7 +22,8 @@ CHECKPOINT_KEYS = (
     "config_hash",
     "step",
     "model",
-    "optimizer",
+    "optimizers",
+    "grad_scaler",
     "torch_rng",
     "cuda_rng",
     "batch_rng",

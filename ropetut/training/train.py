@@ -32,6 +32,38 @@ runner trusts nothing it did not write:
 
 Files written before the hash (``<name>__seed<seed>.json``) still load, and are trusted
 by a study when the configuration they record is the one asked for.
+
+``--regime seed`` (issue 17, item 3) trains one configuration, or every run of a study,
+the way the seed author's ``llm.py`` does: torch's own Muon on the blocks' 2-D weights
+(lr 1e-2, no weight decay) and AdamW on the rest (the embedding, which is also the head,
+and the norms: lr 1e-3, torch's betas, weight decay 0.1 on all of it); fp16 autocast
+with a GradScaler; dropout 0.1; 4 batches of 24 windows per step, for 1,250 steps (the
+seed's 5,000 count batches), on its schedule; one overlapping split for every seed
+(its generator's seed, 42). ``--optimizer``, ``--autocast-dtype``,
+``--grad-accumulation``, ``--schedule-steps``, ``--split-seed`` and ``--dropout`` change
+one of these. At their defaults they are left out of a run's stored config, so the runs
+stored before them keep their hashes. The optimizers' and the scaler's states are in the
+checkpoint, so a run in this regime resumes exactly too. On a CPU it trains in fp32, and
+the scaler scales and unscales by powers of two, exactly: the fp16 path is the GPU's.
+
+What still differs from the seed's regime, and why:
+
+- the corpus and the tokenizer (bytes of the Jargon File, not 500k SmolLM tokens of
+  cosmopedia): losses per byte and per token do not compare, so the chapter compares
+  unit-free quantities;
+- the attention is the library's ``RoPEAttention``: W_q and W_kv are two matrices where
+  the seed has one fused qkv, so Muon orthogonalises them apart (and scales their lr by
+  1 and sqrt(2), not sqrt(3)), and it has no dropout on the attention weights (the
+  seed's SDPA drops 0.1 of them);
+- batches are drawn at random with replacement, so that one generator's state is the
+  stream's place in a checkpoint; the seed's DataLoader shuffles epochs;
+- the warm-up's first step has lr / 250, the seed's lr 0 (its LambdaLR starts at 0);
+- Muon is torch's, the seed's a copy of Keller Jordan's: the same update (momentum by
+  lerp, Nesterov, 5 Newton-Schulz steps in bf16, lr times sqrt(max(1, rows/cols))) but
+  for where eps enters the norm;
+- evaluation uses the study's windows (16 per point of the curve, 128 at the end), not
+  100 batches of 24; each step's training loss is the mean of its batches, where the
+  seed logs one batch.
 """
 
 import argparse
@@ -43,7 +75,7 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -58,8 +90,8 @@ from .model import ROPES, GPTConfig, TinyGPT, loss_fn
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 400
-    batch_size: int = 16
+    steps: int = 400  # optimizer steps
+    batch_size: int = 16  # windows per batch
     lr: float = 1e-3
     warmup_steps: int = 20
     min_lr_fraction: float = 0.1  # cosine decay ends at this fraction of lr
@@ -70,6 +102,13 @@ class TrainConfig:
     eval_every: int = 25
     eval_windows: int = 16  # validation windows for the curve's points
     final_eval_windows: int = 128  # and for the final numbers
+    # The seed's regime (REGIMES["seed"]). Stored only where they are not at these
+    # defaults, so that the runs stored before them keep their hashes (to_dict).
+    optimizer: str = "adamw"  # "muon": torch's Muon on the blocks' matrices
+    autocast_dtype: str = "bfloat16"  # on a GPU; "float16" comes with a GradScaler
+    grad_accumulation: int = 1  # batches per optimizer step
+    schedule_steps: int | None = None  # the cosine's horizon; None: steps
+    split_seed: int | None = None  # the overlapping split's draw; None: seed
 
     def __post_init__(self):
         for name in (
@@ -78,6 +117,7 @@ class TrainConfig:
             "eval_every",
             "eval_windows",
             "final_eval_windows",
+            "grad_accumulation",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(
@@ -90,26 +130,69 @@ class TrainConfig:
                 f"warmup_steps, seed: must not be negative, got "
                 f"{self.warmup_steps}, {self.seed}"
             )
+        for name, allowed in (
+            ("optimizer", OPTIMIZERS),
+            ("autocast_dtype", tuple(AUTOCAST_DTYPES)),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{name}: must be one of {allowed}, got {getattr(self, name)!r}"
+                )
+        if self.schedule_steps is not None and self.schedule_steps < 1:
+            raise ValueError(
+                f"schedule_steps: must be at least 1, got {self.schedule_steps}"
+            )
+        if self.split_seed is not None and self.split_seed < 0:
+            raise ValueError(f"split_seed: must not be negative, got {self.split_seed}")
+
+    def to_dict(self) -> dict:
+        """The config as stored with a run and hashed: the seed regime's options only
+        where they are not at their defaults, and ``split_seed`` only where a split is
+        drawn (the disjoint split draws nothing)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        values = asdict(self)
+        if not self.overlapping_split:
+            values["split_seed"] = None
+        return {
+            key: value
+            for key, value in values.items()
+            if key not in REGIME_OPTIONS or value != defaults[key]
+        }
+
+
+OPTIMIZERS = ("adamw", "muon")
+AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+REGIME_OPTIONS = (
+    "optimizer",
+    "autocast_dtype",
+    "grad_accumulation",
+    "schedule_steps",
+    "split_seed",
+)
+MUON_LR_RATIO = 10  # the seed's: Muon at muon_lr 0.01, AdamW at muon_lr * 0.1
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
     """Linear warm-up to ``lr``, then cosine decay to ``min_lr_fraction * lr`` at the
-    last step."""
+    last step (at ``schedule_steps`` if given, then flat)."""
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    horizon = config.schedule_steps or config.steps
+    progress = (step - config.warmup_steps) / max(1, horizon - config.warmup_steps)
     cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return config.lr * (config.min_lr_fraction + (1 - config.min_lr_fraction) * cosine)
 
 
 @torch.no_grad()
-def evaluate(model, tokens, starts, seq_len, batch_size) -> dict:
+def evaluate(
+    model, tokens, starts, seq_len, batch_size, autocast_dtype="bfloat16"
+) -> dict:
     """Mean loss, next-token accuracy and perplexity over the windows at ``starts``."""
     model.eval()
     total_loss, correct, count = 0.0, 0, 0
     for i in range(0, len(starts), batch_size):
         x, y = windows(tokens, starts[i : i + batch_size], seq_len)
-        with _autocast():
+        with _autocast(autocast_dtype):
             logits = model(x)
         total_loss += loss_fn(logits, y).item() * y.numel()
         correct += (logits.argmax(-1) == y).sum().item()
@@ -119,8 +202,39 @@ def evaluate(model, tokens, starts, seq_len, batch_size) -> dict:
     return {"loss": loss, "accuracy": correct / count, "perplexity": math.exp(loss)}
 
 
-def _autocast():
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=on_gpu())
+def _autocast(dtype="bfloat16"):
+    return torch.autocast("cuda", dtype=AUTOCAST_DTYPES[dtype], enabled=on_gpu())
+
+
+def make_optimizers(model: TinyGPT, config: TrainConfig) -> list:
+    """``(optimizer, lr multiplier)`` pairs. "adamw": AdamW, weight decay on the
+    matrices only. "muon": the seed's pair, torch's Muon (no weight decay, at
+    ``MUON_LR_RATIO * lr``) on the 2-D weights of the blocks (attention's and the
+    feed-forward's), then AdamW with torch's betas and weight decay on all the rest
+    (the embedding, which is also the head, and the norms' weights)."""
+    fused = on_gpu()
+    if config.optimizer == "adamw":
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        groups = [
+            {"params": decay, "weight_decay": config.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        return [(torch.optim.AdamW(groups, config.lr, (0.9, 0.95), fused=fused), 1)]
+    matrices = [p for p in model.blocks.parameters() if p.dim() == 2]
+    rest = [p for p in model.parameters() if all(p is not m for m in matrices)]
+    muon = torch.optim.Muon(
+        matrices,
+        lr=MUON_LR_RATIO * config.lr,
+        weight_decay=0.0,
+        momentum=0.95,
+        nesterov=True,
+        ns_steps=5,
+    )
+    adamw = torch.optim.AdamW(
+        rest, lr=config.lr, weight_decay=config.weight_decay, fused=fused
+    )
+    return [(muon, MUON_LR_RATIO), (adamw, 1)]
 
 
 @contextmanager
@@ -188,7 +302,9 @@ def train(
     if stop_after is not None and not stop_after >= 0:
         raise ValueError(f"stop_after: must not be negative, got {stop_after}")
     called = time.perf_counter()
-    digest = config_hash(model_config.to_dict(), asdict(train_config), regime())
+    digest = config_hash(
+        model_config.to_dict(), train_config.to_dict(), regime(train_config)
+    )
     resumed = None
     if checkpoint is not None and Path(checkpoint).exists():
         try:
@@ -200,22 +316,17 @@ def train(
     model = TinyGPT(model_config).to(DEVICE)
     tokens = corpus.tokens.to(DEVICE)
     seq_len = model_config.max_seq_len
+    split_seed = train_config.split_seed
     split = make_split(
         len(corpus.tokens),
         seq_len,
         overlapping=train_config.overlapping_split,
-        seed=train_config.seed,
+        seed=train_config.seed if split_seed is None else split_seed,
     )
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": train_config.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=train_config.lr,
-        betas=(0.9, 0.95),
-        fused=on_gpu(),
+    optimizers = make_optimizers(model, train_config)
+    # fp16's: on a CPU (fp32) it scales and unscales by powers of two, exactly
+    scaler = torch.amp.GradScaler(
+        DEVICE.type, enabled=train_config.autocast_dtype == "float16"
     )
     order = torch.Generator().manual_seed(train_config.seed)
     batches = train_batches(
@@ -225,7 +336,9 @@ def train(
     curve, val_curve, first_step, seconds_before = [], [], 0, 0.0
     if resumed is not None:
         model.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
+        for (optimizer, _), state in zip(optimizers, resumed["optimizers"]):
+            optimizer.load_state_dict(state)
+        scaler.load_state_dict(resumed["grad_scaler"])
         torch.set_rng_state(resumed["torch_rng"])
         if on_gpu():
             torch.cuda.set_rng_state_all(resumed["cuda_rng"])
@@ -244,7 +357,8 @@ def train(
                 "config_hash": digest,
                 "step": steps_done,
                 "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
+                "optimizers": [optimizer.state_dict() for optimizer, _ in optimizers],
+                "grad_scaler": scaler.state_dict(),
                 "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if on_gpu() else [],
                 "batch_rng": order.get_state(),
@@ -268,23 +382,36 @@ def train(
         disable=not progress,
         leave=False,
     ):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, train_config)
-        x, y = (t.to(DEVICE) for t in next(batches))
-        with _autocast():
-            loss = loss_fn(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        step_loss = 0.0
+        for optimizer, lr_multiplier in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_multiplier * lr_at(step, train_config)
+        for _ in range(train_config.grad_accumulation):
+            x, y = (t.to(DEVICE) for t in next(batches))
+            with _autocast(train_config.autocast_dtype):
+                loss = loss_fn(model(x), y) / train_config.grad_accumulation
+            scaler.scale(loss).backward()
+            step_loss = step_loss + loss.detach()
+        for optimizer, _ in optimizers:
+            scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        curve.append(loss.detach())
+        for optimizer, _ in optimizers:
+            scaler.step(optimizer)
+        scaler.update()
+        curve.append(step_loss)
         if (step + 1) % train_config.eval_every == 0 or step + 1 == train_config.steps:
             t0 = time.perf_counter()
             val_curve.append(
                 {
                     "step": step + 1,
                     **evaluate(
-                        model, tokens, eval_starts, seq_len, train_config.batch_size
+                        model,
+                        tokens,
+                        eval_starts,
+                        seq_len,
+                        train_config.batch_size,
+                        train_config.autocast_dtype,
                     ),
                 }
             )
@@ -309,12 +436,14 @@ def train(
         split.val_starts[: train_config.final_eval_windows],
         seq_len,
         train_config.batch_size,
+        train_config.autocast_dtype,
     )
-    trained_tokens = train_config.steps * train_config.batch_size * seq_len
+    windows_per_step = train_config.grad_accumulation * train_config.batch_size
+    trained_tokens = train_config.steps * windows_per_step * seq_len
     return {
         "name": name,
         "model": model_config.to_dict(),
-        "train": asdict(train_config),
+        "train": train_config.to_dict(),
         "n_params": model.n_params(),
         "corpus": corpus.describe(),
         "split": {
@@ -388,27 +517,63 @@ TINY = (
 )
 
 
-def configs(model_changes: dict, train_changes: dict, *, seed: int, tiny: bool = False):
-    base_model, base_train = (
-        (GPTConfig(**TINY[0]), TrainConfig(**TINY[1]))
-        if tiny
-        else (GPTConfig(), TrainConfig())
-    )
-    return base_model.replace(**model_changes), replace(
-        base_train, seed=seed, **train_changes
+# The seed author's training regime (issue 17, item 3; the module docstring says what
+# still differs). Its 5,000 steps count batches: with 4 per optimizer step, they are
+# 1,250 optimizer steps, while its cosine's horizon stays at 5,000 and its warm-up at a
+# twentieth of that, so its learning rate ends at 0.9 of its peak, not at 0.1.
+REGIMES = {
+    "default": ({}, {}),
+    "seed": (
+        {"dropout": 0.1},
+        {
+            "optimizer": "muon",
+            "autocast_dtype": "float16",
+            "grad_accumulation": 4,
+            "batch_size": 24,
+            "steps": 1250,
+            "warmup_steps": 250,
+            "schedule_steps": 5000,
+            "split_seed": 42,  # its random_split's generator: one split for all seeds
+        },
+    ),
+}
+
+
+def configs(
+    model_changes: dict,
+    train_changes: dict,
+    *,
+    seed: int,
+    tiny: bool = False,
+    regime_name: str = "default",
+):
+    """A run's configs: the named regime's (with TINY's sizes if ``tiny``), changed."""
+    regime_model, regime_train = REGIMES[regime_name]
+    model_config = GPTConfig(**regime_model, **(TINY[0] if tiny else {}))
+    train_config = TrainConfig(**{**regime_train, **(TINY[1] if tiny else {})})
+    return model_config.replace(**model_changes), replace(
+        train_config, seed=seed, **train_changes
     )
 
 
 RUN_KEYS = ("name", "model", "train", "split", "final", "train_seconds", "tokens_per_s")
 
 
-def regime() -> str:
-    """How ``train`` runs here, beyond its configs: on a GPU in bf16 autocast with fused
-    AdamW and deterministic algorithms, on a CPU in fp32. A run's hash includes it: a
-    CPU run is not a GPU run, nor one from before the GPU's runs were repeatable."""
-    if on_gpu():
-        return "cuda, bf16 autocast, fused AdamW, deterministic"
-    return "cpu, fp32"
+def regime(train_config: TrainConfig = TrainConfig()) -> str:
+    """How ``train`` runs ``train_config`` here, beyond its configs: on a GPU in its
+    autocast (bf16, or fp16 with a GradScaler) with fused AdamW (Muon's partner too) and
+    deterministic algorithms, on a CPU in fp32. A run's hash includes it: a CPU run is
+    not a GPU run, nor one from before the GPU's runs were repeatable."""
+    if not on_gpu():
+        return "cpu, fp32"
+    if train_config.autocast_dtype == "float16":
+        autocast = "fp16 autocast with a GradScaler"
+    else:
+        autocast = "bf16 autocast"
+    optimizer = "fused AdamW"
+    if train_config.optimizer == "muon":
+        optimizer = "Muon and fused AdamW"
+    return f"cuda, {autocast}, {optimizer}, deterministic"
 
 
 def config_hash(model: dict, train: dict, how: str | None = None) -> str:
@@ -427,7 +592,9 @@ def run_file(
     """Where the run of ``name`` with these configs is stored: its name, seed and
     configuration hash."""
     safe = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
-    digest = config_hash(model_config.to_dict(), asdict(train_config), regime())
+    digest = config_hash(
+        model_config.to_dict(), train_config.to_dict(), regime(train_config)
+    )
     return Path(out_dir) / f"{safe}__seed{train_config.seed}__{digest}.json"
 
 
@@ -460,16 +627,17 @@ def differences(
     record: dict, model_config: GPTConfig, train_config: TrainConfig
 ) -> str:
     """What ``record``'s configuration has that these configs (and this machine's
-    regime) do not, as 'key: has (wanted)'."""
-    wanted = {"model": model_config.to_dict(), "train": asdict(train_config)}
+    regime) do not, as 'key: has (wanted)', None for a key left out."""
+    wanted = {"model": model_config.to_dict(), "train": train_config.to_dict()}
     found = [
-        f"{part}.{key}: {record[part].get(key)!r} (wanted {value!r})"
+        f"{part}.{key}: {record[part].get(key)!r} (wanted {wanted[part].get(key)!r})"
         for part in wanted
-        for key, value in wanted[part].items()
-        if key not in record[part] or record[part][key] != value
+        for key in dict.fromkeys([*wanted[part], *record[part]])
+        if record[part].get(key) != wanted[part].get(key)
     ]
-    if record.get("regime") != regime():
-        found.append(f"regime: {record.get('regime')!r} (wanted {regime()!r})")
+    here = regime(train_config)
+    if record.get("regime") != here:
+        found.append(f"regime: {record.get('regime')!r} (wanted {here!r})")
     return ", ".join(found)
 
 
@@ -611,7 +779,7 @@ def run_all(
             except Paused as paused:
                 log(f"{path.name}: {paused} (--max-minutes {max_minutes})")
                 break
-            record["regime"] = regime()
+            record["regime"] = regime(train_config)
             record["config_hash"] = path.stem.rsplit("__", 1)[1]
             if study is not None:
                 record["study"] = study
@@ -622,14 +790,21 @@ def run_all(
 
 
 def study_plan(
-    study: str, *, seeds=(0, 1, 2), tiny: bool = False, steps: int | None = None
+    study: str,
+    *,
+    seeds=(0, 1, 2),
+    tiny: bool = False,
+    steps: int | None = None,
+    regime_name: str = "default",
 ):
-    """The ``(name, model_config, train_config)`` of each run of ``study``, seed by
-    seed."""
+    """The ``(name, model_config, train_config)`` of each run of ``study`` in the named
+    regime, seed by seed."""
     plan = []
     for seed in seeds:
         for name, changes in STUDIES[study].items():
-            model_config, train_config = configs(*changes, seed=seed, tiny=tiny)
+            model_config, train_config = configs(
+                *changes, seed=seed, tiny=tiny, regime_name=regime_name
+            )
             if steps is not None:
                 train_config = replace(train_config, steps=steps)
             plan.append((name, model_config, train_config))
@@ -644,13 +819,16 @@ def run_study(
     max_minutes: float | None = None,
     tiny: bool = False,
     steps: int | None = None,
+    regime_name: str = "default",
     checkpoint_every: int | None = None,
     progress: bool = True,
     log=print,
 ) -> list[Path]:
     """Run every (configuration, seed) of ``study`` that has no verified file in
     ``out_dir`` (``run_all`` says how ``max_minutes`` and ``checkpoint_every`` act)."""
-    plan = study_plan(study, seeds=seeds, tiny=tiny, steps=steps)
+    plan = study_plan(
+        study, seeds=seeds, tiny=tiny, steps=steps, regime_name=regime_name
+    )
     return run_all(
         plan,
         out_dir,
@@ -740,6 +918,13 @@ def seed_int(text: str) -> int:
     return value
 
 
+def dropout_float(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = float(text)
     if not (math.isfinite(value) and value > 0):
@@ -791,6 +976,14 @@ def main(argv=None) -> int:
         action="store_true",
         help="a model small enough for the CPU interpreter",
     )
+    parser.add_argument(
+        "--regime",
+        choices=REGIMES,
+        default="default",
+        help="the training regime of every run: 'seed' is the seed author's (Muon, "
+        "fp16 with a GradScaler, dropout 0.1, 4 batches of 24 a step, 1,250 steps, "
+        "its schedule, its fixed split); the options from --dropout on change it",
+    )
     # one configuration's options: None (or False) when not given, so that the given
     # ones can be checked
     parser.add_argument(
@@ -806,6 +999,32 @@ def main(argv=None) -> int:
     parser.add_argument("--rotate-by-head-index", action="store_true")
     parser.add_argument("--detach-rope", action="store_true")
     parser.add_argument("--overlapping-split", action="store_true")
+    parser.add_argument("--dropout", type=dropout_float, help="default: the regime's")
+    parser.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        help="muon: torch's Muon on the blocks' matrices, AdamW on the rest",
+    )
+    parser.add_argument(
+        "--autocast-dtype",
+        choices=AUTOCAST_DTYPES,
+        help="on a GPU; float16 comes with a GradScaler (a CPU trains in fp32)",
+    )
+    parser.add_argument(
+        "--grad-accumulation", type=positive_int, metavar="N", help="batches a step"
+    )
+    parser.add_argument(
+        "--schedule-steps",
+        type=positive_int,
+        metavar="N",
+        help="the cosine's horizon, in steps (default: the regime's, else --steps)",
+    )
+    parser.add_argument(
+        "--split-seed",
+        type=seed_int,
+        metavar="N",
+        help="draw the overlapping split with this seed, not the run's",
+    )
     args = parser.parse_args(argv)
     given = {
         flag: value
@@ -820,12 +1039,29 @@ def main(argv=None) -> int:
         )
         if value is not None
     }
+    training = {
+        flag: value
+        for flag, value in (
+            ("dropout", args.dropout),
+            ("optimizer", args.optimizer),
+            ("autocast-dtype", args.autocast_dtype),
+            ("grad-accumulation", args.grad_accumulation),
+            ("schedule-steps", args.schedule_steps),
+            ("split-seed", args.split_seed),
+        )
+        if value is not None
+    }
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds: {args.seeds} names a seed twice")
-    if args.study and given:
+    if args.study and (given or training):
         parser.error(
-            f"--{', --'.join(given)}: a study's configurations are fixed, "
-            f"so this does nothing with --study"
+            f"--{', --'.join([*given, *training])}: a study's configurations are "
+            f"fixed, so this does nothing with --study"
+        )
+    if "split-seed" in training and not args.overlapping_split:
+        parser.error(
+            "--split-seed: the disjoint split draws nothing, so this does nothing "
+            "without --overlapping-split"
         )
     if not args.study and args.max_minutes is not None:
         parser.error(
@@ -840,7 +1076,11 @@ def main(argv=None) -> int:
     try:
         if args.study:
             plan = study_plan(
-                args.study, seeds=args.seeds, tiny=args.tiny, steps=args.steps
+                args.study,
+                seeds=args.seeds,
+                tiny=args.tiny,
+                steps=args.steps,
+                regime_name=args.regime,
             )
         else:
             options = {"rope": "final", **given}
@@ -849,17 +1089,24 @@ def main(argv=None) -> int:
                 for flag, value in options.items()
                 if flag != "overlapping-split"
             }
+            train_changes = {"overlapping_split": args.overlapping_split}
+            for flag, value in training.items():
+                changes = model_changes if flag == "dropout" else train_changes
+                changes[flag.replace("-", "_")] = value
+            if args.regime != "default":
+                options["regime"] = args.regime
             name = " ".join(
                 flag if value is True else f"{flag}={value}"
-                for flag, value in options.items()
+                for flag, value in {**options, **training}.items()
             )
             plan = []
             for seed in args.seeds:
                 model_config, train_config = configs(
                     model_changes,
-                    {"overlapping_split": args.overlapping_split},
+                    train_changes,
                     seed=seed,
                     tiny=args.tiny,
+                    regime_name=args.regime,
                 )
                 if args.steps is not None:
                     train_config = replace(train_config, steps=args.steps)
