@@ -290,6 +290,9 @@ def peak_mem_mb(fn, inputs) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
+COPY_BLOCK = 8192  # elements a program of copy_kernel
+
+
 @triton.jit
 def copy_kernel(src, dst, N, BLOCK: tl.constexpr):
     """dst[:N] = src[:N], BLOCK elements a program."""
@@ -314,9 +317,6 @@ def copy(*tensors):
         )
         outs.append(out)
     return outs
-
-
-COPY_BLOCK = 8192
 
 
 def copy_floor_ms(shape: Shape, mode: str, *, graphed: bool = False) -> float:
