@@ -135,7 +135,7 @@ suite() {
   local log versions status=0
   log=$(mktemp)
   # shellcheck disable=SC2086  # JOBS=N: N pytest-xdist workers sharing the GPU
-  python3 -m pytest -q -rfEs -p no:cacheprovider ${JOBS:+-n $JOBS} tests/ 2>&1 \
+  python3 -m pytest -q -rfEs --durations=20 -p no:cacheprovider ${JOBS:+-n $JOBS} tests/ 2>&1 \
     | tee "$log" || status=1
   versions=$(python3 -c 'import torch, triton
 from ropetut.book.provenance import commit

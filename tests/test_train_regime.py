@@ -16,6 +16,7 @@ import torch
 from conftest import gpu_only
 
 from ropetut.book.notebook import REPO
+from ropetut.runtime import pick
 from ropetut.training import train
 from ropetut.training.model import GPTConfig
 
@@ -138,7 +139,9 @@ def test_k_accumulated_batches_train_as_one_batch_k_times_larger():
         record = train.train(*configs, progress=False)
         return record["train_loss"] + [record["final"]["loss"]]
 
-    assert losses(2, 2) == pytest.approx(losses(4, 1), rel=1e-6)
+    # fp32 on a CPU: equal but for summation order. A GPU trains under bf16 autocast and
+    # cuBLAS picks other kernels for a batch of 2 than of 4: 1.1e-5 apart on the H200
+    assert losses(2, 2) == pytest.approx(losses(4, 1), rel=pick(gpu=1e-4, cpu=1e-6))
 
 
 @pytest.mark.parametrize(
