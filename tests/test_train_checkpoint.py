@@ -3,9 +3,9 @@
 
 A run stopped and resumed from its checkpoint gives the record of the run that never
 stopped, bit for bit: the same losses, evaluation points and final numbers. Only the
-time it took (``train_seconds``, ``tokens_per_s``) and the peak memory (that of the
-last part) may differ. The tiny model has
-dropout here, so that the RNG states matter, and evaluates every 3 steps, so that
+time it took (``train_seconds``, ``timed_seconds``, ``timed_steps``, ``tokens_per_s``)
+and the peak memory (that of the last part) may differ. The tiny model has dropout
+here, so that the RNG states matter, and evaluates every 3 steps, so that
 evaluation points fall between checkpoints.
 """
 
@@ -20,7 +20,13 @@ from ropetut.training.checkpoint import Paused, read_checkpoint, write_checkpoin
 
 from conftest import gpu_only
 
-TIMINGS = ("train_seconds", "tokens_per_s", "peak_mem_mb")
+TIMINGS = (
+    "train_seconds",
+    "timed_seconds",
+    "timed_steps",
+    "tokens_per_s",
+    "peak_mem_mb",
+)
 TWO = {"NoPE": (dict(rope="none"), {}), "RoPE": (dict(rope="final"), {})}
 
 

@@ -20,7 +20,13 @@ from ropetut.runtime import pick
 from ropetut.training import train
 from ropetut.training.model import GPTConfig
 
-TIMINGS = ("train_seconds", "tokens_per_s", "peak_mem_mb")
+TIMINGS = (
+    "train_seconds",
+    "timed_seconds",
+    "timed_steps",
+    "tokens_per_s",
+    "peak_mem_mb",
+)
 GPU_REGIME = "cuda, bf16 autocast, fused AdamW, deterministic"
 
 

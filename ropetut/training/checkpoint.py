@@ -5,7 +5,8 @@ A checkpoint is one ``torch.save`` file, ``<run file>.ckpt``, written whole or n
 all. It holds the run's configuration hash, the steps done, the model's state, the
 optimizers' (AdamW's, or Muon's and AdamW's) and the GradScaler's (empty when it is
 off), the RNG states (torch's CPU generator, CUDA's, and the batch order's generator),
-the loss curve so far, the evaluation points and the training seconds spent.
+the loss curve so far, the evaluation points, the training seconds spent, and those
+seconds and steps timed after each call's warm-up.
 The learning-rate schedule needs no state of its own: ``lr_at`` is a function of the
 step. ``read_checkpoint`` trusts a file only if it loads, has every part, and belongs
 to the configuration asked for.
@@ -30,6 +31,8 @@ CHECKPOINT_KEYS = (
     "train_loss",
     "val_curve",
     "train_seconds",
+    "timed_seconds",
+    "timed_steps",
 )
 
 

@@ -11,9 +11,11 @@ identical everywhere.
 Two ways to split the tokens into training and validation windows of
 ``seq_len + 1`` tokens:
 
-- ``"disjoint"`` (the default): the last ``val_fraction`` of the corpus is validation,
-  tiled by windows that do not overlap; training windows start anywhere in the first
-  part and never reach into it. No validation token is ever a training target.
+- ``"disjoint"`` (the default): the last ``val_fraction`` of the corpus is validation
+  (or, with ``val_block="middle"``, a block of that size in the middle: the end of the
+  file is harder text), tiled by windows that do not overlap; training windows start
+  anywhere outside it and never reach into it. No validation token is ever a training
+  target.
 - ``"overlapping"``: the seed's. Every start ``0, stride, 2*stride, ...`` is a window
   (stride 1 in the seed), and ``torch.utils.data.random_split`` deals the windows out
   90/10. Windows that share all but ``stride`` tokens land on both sides, so nearly
@@ -31,6 +33,7 @@ JARGON = Path(__file__).resolve().parent / "corpus" / "jargon-4.4.7.txt.gz"
 # of the decompressed bytes
 JARGON_SHA256 = "6c8118c277d0b00736d406d4941b77b69932d6ab125f7179ff88fe12939cc19e"
 SPLITS = ("disjoint", "overlapping")
+VAL_BLOCKS = ("end", "middle")  # where the disjoint split's validation block lies
 
 
 @dataclass(frozen=True)
@@ -104,12 +107,15 @@ def make_split(
     val_fraction: float = 0.1,
     seed: int = 0,
     stride: int = 1,
+    val_block: str = "end",
 ) -> Split:
-    """Disjoint contiguous blocks (the default), or the seed's random split of
-    overlapping windows. Deterministic: the overlapping split draws from a generator
-    seeded with ``seed``."""
+    """Disjoint contiguous blocks (the default; validation at the ``val_block``),
+    or the seed's random split of overlapping windows. Deterministic: the overlapping
+    split draws from a generator seeded with ``seed``."""
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction: must be in (0, 1), got {val_fraction}")
+    if val_block not in VAL_BLOCKS:
+        raise ValueError(f"val_block: must be one of {VAL_BLOCKS}, got {val_block!r}")
     if overlapping:
         starts = torch.arange(0, n_tokens - seq_len, stride)
         n_val = round(val_fraction * len(starts))
@@ -126,13 +132,21 @@ def make_split(
         return Split(
             "overlapping", seq_len, starts[order[:n_train]], starts[order[n_train:]]
         )
-    n_train_tokens = round((1 - val_fraction) * n_tokens)
-    if n_train_tokens < seq_len + 1 or n_tokens - n_train_tokens < seq_len + 1:
+    n_val_tokens = n_tokens - round((1 - val_fraction) * n_tokens)
+    # validation is [first, last): at the end, or with as much text on either side
+    first = n_tokens - n_val_tokens
+    if val_block == "middle":
+        first //= 2
+    last = first + n_val_tokens
+    before, after = first, n_tokens - last
+    if n_val_tokens < seq_len + 1 or max(before, after) < seq_len + 1:
         raise ValueError(
             f"n_tokens: {n_tokens} tokens are too few for two blocks of {seq_len + 1}"
         )
-    train = torch.arange(0, n_train_tokens - seq_len)  # y never reaches past the block
-    val = torch.arange(n_train_tokens, n_tokens - seq_len, seq_len)
+    # a training window's y never reaches into the block
+    sides = ((0, first - seq_len), (last, n_tokens - seq_len))
+    train = torch.cat([torch.arange(start, max(start, end)) for start, end in sides])
+    val = torch.arange(first, last - seq_len, seq_len)
     return Split("disjoint", seq_len, train, val)
 
 

@@ -139,3 +139,27 @@ def tost(a: dict, b: dict, margin: float, alpha: float = 0.05) -> dict:
         "n": len(differences),
         "alpha": alpha,
     }
+
+
+def verdict(a: dict, b: dict, margin: float, alpha: float = 0.05) -> dict:
+    """``b`` against ``a`` by the rule of the committed margins
+    (``results/training_h100_margins.json``): "equivalent" when TOST at ``alpha``
+    passes within ``margin``; else "higher" or "lower" when the (1 - ``alpha``)
+    interval of ``b - a`` lies above or below 0; else "inconclusive". With the interval,
+    its p value and TOST's."""
+    interval = paired_difference(a, b, confidence=1 - alpha)
+    equivalence = tost(a, b, margin, alpha)
+    if equivalence["equivalent"]:
+        word = "equivalent"
+    elif interval["low"] > 0:
+        word = "higher"
+    elif interval["high"] < 0:
+        word = "lower"
+    else:
+        word = "inconclusive"
+    return {
+        "verdict": word,
+        **interval,
+        "margin": margin,
+        "tost_p_value": equivalence["p_value"],
+    }

@@ -8,10 +8,14 @@
 A run trains ``TinyGPT`` with AdamW (lr 1e-3, linear warm-up, cosine decay), bf16
 autocast on a GPU, and evaluates on validation windows the model never trained on
 (unless the seed's ``overlapping_split`` is switched on). Its JSON holds the configs,
-the loss curves, the final validation loss, accuracy and perplexity, the training time,
-tokens/s, peak memory, the corpus' sha256 and the environment.
+the loss curves, the final validation loss, accuracy and perplexity, the training time
+(``train_seconds``, without evaluations and checkpoint writes; ``timed_seconds`` over
+``timed_steps``, the same after each call's first ``WARM_STEPS`` steps, which compile
+kernels), tokens/s, peak memory, the corpus' sha256 and the environment.
 
-A study is a list of named configurations times seeds. Each (configuration, seed) is one
+A study is a list of named configurations times seeds (``STUDIES``: chapter 09's
+``plot_twist``; issue 27's ``seed_regime``, ``confounds`` and ``budget``), run seed by
+seed, each seed's configurations in a shuffled order. Each (configuration, seed) is one
 JSON file in the output folder, ``<name>__seed<seed>__<hash>.json``, where the hash is
 that of the run's full configuration (also stored in the file as ``config_hash``). The
 runner trusts nothing it did not write:
@@ -72,6 +76,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import tempfile
 import time
 from contextlib import contextmanager
@@ -84,7 +89,7 @@ from tqdm.auto import tqdm
 from ..book.provenance import environment
 from ..runtime import DEVICE, on_gpu
 from .checkpoint import Paused, read_checkpoint, replace_atomically, write_checkpoint
-from .data import load_corpus, make_split, train_batches, windows
+from .data import VAL_BLOCKS, load_corpus, make_split, train_batches, windows
 from .model import ROPES, GPTConfig, TinyGPT, loss_fn
 
 
@@ -109,6 +114,9 @@ class TrainConfig:
     grad_accumulation: int = 1  # batches per optimizer step
     schedule_steps: int | None = None  # the cosine's horizon; None: steps
     split_seed: int | None = None  # the overlapping split's draw; None: seed
+    # Issue 27's confound: the disjoint split's validation block, at the file's "end"
+    # (harder text) or in its "middle". Stored only where not "end", like those above.
+    val_block: str = "end"
 
     def __post_init__(self):
         for name in (
@@ -133,6 +141,7 @@ class TrainConfig:
         for name, allowed in (
             ("optimizer", OPTIMIZERS),
             ("autocast_dtype", tuple(AUTOCAST_DTYPES)),
+            ("val_block", VAL_BLOCKS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(
@@ -144,11 +153,17 @@ class TrainConfig:
             )
         if self.split_seed is not None and self.split_seed < 0:
             raise ValueError(f"split_seed: must not be negative, got {self.split_seed}")
+        if self.overlapping_split and self.val_block != "end":
+            raise ValueError(
+                "val_block: places the disjoint split's validation block, so does "
+                "nothing with overlapping_split"
+            )
 
     def to_dict(self) -> dict:
-        """The config as stored with a run and hashed: the seed regime's options only
-        where they are not at their defaults, and ``split_seed`` only where a split is
-        drawn (the disjoint split draws nothing)."""
+        """The config as stored with a run and hashed: the options added after the
+        stored runs (the seed regime's, ``val_block``) only where they are not at their
+        defaults, and ``split_seed`` only where a split is drawn (the disjoint split
+        draws nothing)."""
         defaults = {f.name: f.default for f in fields(self)}
         values = asdict(self)
         if not self.overlapping_split:
@@ -156,20 +171,28 @@ class TrainConfig:
         return {
             key: value
             for key, value in values.items()
-            if key not in REGIME_OPTIONS or value != defaults[key]
+            if key not in LATER_OPTIONS or value != defaults[key]
         }
 
 
 OPTIMIZERS = ("adamw", "muon")
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-REGIME_OPTIONS = (
+LATER_OPTIONS = (  # added after the stored runs: stored only where not at defaults
     "optimizer",
     "autocast_dtype",
     "grad_accumulation",
     "schedule_steps",
     "split_seed",
+    "val_block",
 )
+WARM_STEPS = 10  # steps of each call left out of a run's timed seconds
 MUON_LR_RATIO = 10  # the seed's: Muon at muon_lr 0.01, AdamW at muon_lr * 0.1
+
+
+def windows_trained(config: TrainConfig) -> int:
+    """The windows a run trains on: its steps times the batches of each, times their
+    windows."""
+    return config.steps * config.grad_accumulation * config.batch_size
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -286,8 +309,10 @@ def train(
     checkpoint: a file to resume from if it holds this configuration's checkpoint (one
         that does not is named through ``log`` and the run starts over), and to write
         the checkpoints to. A run resumed gives the record it would have given had it
-        never stopped, but for its ``train_seconds`` and ``tokens_per_s`` (its
-        ``peak_mem_mb`` is that of the last part).
+        never stopped, but for its timings (``train_seconds``, ``timed_seconds``,
+        ``timed_steps``, ``tokens_per_s``; its ``peak_mem_mb`` is that of the last
+        part). ``timed_seconds`` over ``timed_steps`` is the time a step takes once
+        kernels are compiled: each call's first ``WARM_STEPS`` steps are left out.
     checkpoint_every: write the checkpoint after every this many steps.
     stop_after: seconds from this call's start; once past them, write the checkpoint
         after the current step and raise ``Paused`` (not after the last step: the final
@@ -322,6 +347,7 @@ def train(
         seq_len,
         overlapping=train_config.overlapping_split,
         seed=train_config.seed if split_seed is None else split_seed,
+        val_block=train_config.val_block,
     )
     optimizers = make_optimizers(model, train_config)
     # fp16's: on a CPU (fp32) it scales and unscales by powers of two, exactly
@@ -334,6 +360,7 @@ def train(
     )
     eval_starts = split.val_starts[: train_config.eval_windows]
     curve, val_curve, first_step, seconds_before = [], [], 0, 0.0
+    timed_before = (0.0, 0)  # seconds and steps timed in earlier calls
     if resumed is not None:
         model.load_state_dict(resumed["model"])
         for (optimizer, _), state in zip(optimizers, resumed["optimizers"]):
@@ -346,11 +373,25 @@ def train(
         curve = [loss.to(DEVICE) for loss in resumed["train_loss"]]
         val_curve = resumed["val_curve"]
         first_step, seconds_before = resumed["step"], resumed["train_seconds"]
+        timed_before = (resumed["timed_seconds"], resumed["timed_steps"])
         log(f"{name} resumes at step {first_step} of {train_config.steps}")
+
+    # This call's first WARM_STEPS steps compile and tune kernels: the timed seconds
+    # start after them, in every call of a run spread over several.
+    warm_until = first_step + WARM_STEPS
+    mark = None  # (time, untimed seconds) when this call's warm-up steps were done
+
+    def timed(steps_done: int) -> tuple[float, int]:
+        """Seconds and steps trained after each call's warm-up, so far."""
+        if mark is None:
+            return timed_before
+        seconds = time.perf_counter() - mark[0] - (untimed - mark[1])
+        return timed_before[0] + seconds, timed_before[1] + steps_done - warm_until
 
     def save(steps_done: int) -> None:
         if on_gpu():
             torch.cuda.synchronize()
+        timed_seconds, timed_steps = timed(steps_done)
         write_checkpoint(
             Path(checkpoint),
             {
@@ -367,7 +408,9 @@ def train(
                 "train_seconds": seconds_before
                 + time.perf_counter()
                 - start
-                - eval_seconds,
+                - untimed,
+                "timed_seconds": timed_seconds,
+                "timed_steps": timed_steps,
             },
         )
 
@@ -375,13 +418,17 @@ def train(
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.synchronize()
     start = time.perf_counter()
-    eval_seconds = 0.0
+    untimed = 0.0  # seconds spent evaluating and writing checkpoints
     for step in tqdm(
         range(first_step, train_config.steps),
         desc=name,
         disable=not progress,
         leave=False,
     ):
+        if step == warm_until:
+            if on_gpu():
+                torch.cuda.synchronize()
+            mark = (time.perf_counter(), untimed)
         step_loss = 0.0
         for optimizer, lr_multiplier in optimizers:
             optimizer.zero_grad(set_to_none=True)
@@ -415,10 +462,12 @@ def train(
                     ),
                 }
             )
-            eval_seconds += time.perf_counter() - t0
+            untimed += time.perf_counter() - t0
         saved = False
         if checkpoint_every is not None and (step + 1) % checkpoint_every == 0:
+            t0 = time.perf_counter()
             save(step + 1)
+            untimed += time.perf_counter() - t0
             saved = True
         out_of_time = (
             stop_after is not None and time.perf_counter() - called > stop_after
@@ -429,7 +478,8 @@ def train(
             raise Paused(Path(checkpoint), step + 1, train_config.steps)
     if on_gpu():
         torch.cuda.synchronize()
-    train_seconds = seconds_before + time.perf_counter() - start - eval_seconds
+    train_seconds = seconds_before + time.perf_counter() - start - untimed
+    timed_seconds, timed_steps = timed(train_config.steps)
     final = evaluate(
         model,
         tokens,
@@ -438,8 +488,7 @@ def train(
         train_config.batch_size,
         train_config.autocast_dtype,
     )
-    windows_per_step = train_config.grad_accumulation * train_config.batch_size
-    trained_tokens = train_config.steps * windows_per_step * seq_len
+    trained_tokens = windows_trained(train_config) * seq_len
     return {
         "name": name,
         "model": model_config.to_dict(),
@@ -458,6 +507,8 @@ def train(
         "val_curve": val_curve,
         "final": final,
         "train_seconds": train_seconds,
+        "timed_seconds": timed_seconds,
+        "timed_steps": timed_steps,
         "tokens_per_s": trained_tokens / train_seconds,
         "peak_mem_mb": torch.cuda.max_memory_allocated() / 2**20 if on_gpu() else None,
         "environment": environment(),
@@ -470,7 +521,12 @@ def train(
 # split at random.
 SEED_BASELINE = {"rope": "torch", "rotate_by_head_index": True}
 SEED_TRITON = {"rope": "v2", "preset": "standard", "detach_rope": True}
+SEED_MATH = {"preset": "half_truncated", "negative_angle": True}  # its "buggy" maths
 OVERLAP = {"overlapping_split": True}
+FULL = {"rope": "final", "preset": "standard"}
+HALF = {"rope": "final", "preset": "half_truncated"}
+FP16_SCALED = {"autocast_dtype": "float16"}  # fp16 autocast with a GradScaler
+MIDDLE = {"val_block": "middle"}
 STUDIES = {
     "plot_twist": {
         # (a) the seed's pattern
@@ -483,26 +539,61 @@ STUDIES = {
         "seed triton, disjoint split": (SEED_TRITON, {}),
         # (c) the controlled study: correct code, disjoint split, one change at a time
         "NoPE": ({"rope": "none"}, {}),
-        "RoPE base 10000": ({"rope": "final", "preset": "standard"}, {}),
-        "half-truncated base 10000": (
-            {"rope": "final", "preset": "half_truncated"},
-            {},
-        ),
-        "half-truncated base 1024": (
-            {"rope": "final", "preset": "half_truncated", "base": 1024.0},
-            {},
-        ),
+        "RoPE base 10000": (FULL, {}),
+        "half-truncated base 10000": (HALF, {}),
+        "half-truncated base 1024": ({**HALF, "base": 1024.0}, {}),
         "torch baseline (seed math, fp32)": ({"rope": "torch"}, {}),
         "torch baseline (seed math, fp16)": (
             {"rope": "torch", "rope_dtype": "float16"},
             {},
         ),
-        "triton final (seed math)": (
-            {"rope": "final", "preset": "half_truncated", "negative_angle": True},
-            {},
+        "triton final (seed math)": ({"rope": "final", **SEED_MATH}, {}),
+    },
+    # Issue 17, item 3, in the seed's regime (STUDY_REGIMES): its chapter-4 pair (the
+    # PyTorch baseline and V2 without a backward) and its chapter-5 triple (the same
+    # baseline, V2 and V4 doing the baseline's maths without a backward), on its split.
+    "seed_regime": {
+        "seed regime: pytorch (ch4, ch5)": (SEED_BASELINE, OVERLAP),
+        "seed regime: triton v2 (ch4)": (SEED_TRITON, OVERLAP),
+        "seed regime: triton v2, seed math (ch5)": (
+            {**SEED_TRITON, **SEED_MATH},
+            OVERLAP,
+        ),
+        "seed regime: triton v4, seed math (ch5)": (
+            {**SEED_TRITON, **SEED_MATH, "rope": "v4"},
+            OVERLAP,
         ),
     },
+    # Issue 17, item 4. Underflow or precision: plot_twist's fp16-vs-fp32 rotation again
+    # with fp16 autocast and a GradScaler, whose scaled gradients do not underflow.
+    # Leakage or harder text: its disjoint-split runs validated on the file's middle.
+    # (The third, time, needs no runs of its own: every run times its steps after a
+    # warm-up, and a study's runs go in a shuffled order within each seed.)
+    "confounds": {
+        "torch baseline (seed math, fp32), fp16 scaled": (
+            {"rope": "torch"},
+            FP16_SCALED,
+        ),
+        "torch baseline (seed math, fp16), fp16 scaled": (
+            {"rope": "torch", "rope_dtype": "float16"},
+            FP16_SCALED,
+        ),
+        "seed baseline, middle split": (SEED_BASELINE, MIDDLE),
+        "seed triton, middle split": (SEED_TRITON, MIDDLE),
+    },
+    # Issue 17, item 5: half-truncated against full RoPE as the budget grows. The
+    # 400-step runs are plot_twist's (same names and configurations: one file each).
+    "budget": {
+        "RoPE base 10000": (FULL, {}),
+        "half-truncated base 10000": (HALF, {}),
+        "RoPE base 10000, 1,500 steps": (FULL, {"steps": 1500}),
+        "half-truncated base 10000, 1,500 steps": (HALF, {"steps": 1500}),
+        "RoPE base 10000, 5,000 steps": (FULL, {"steps": 5000}),
+        "half-truncated base 10000, 5,000 steps": (HALF, {"steps": 5000}),
+    },
 }
+# A study trains in the "default" regime unless named here.
+STUDY_REGIMES = {"seed_regime": "seed"}
 # A configuration small enough for Triton's interpreter on a CPU (CI trains it).
 TINY = (
     {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 64, "max_seq_len": 16},
@@ -722,10 +813,10 @@ def run_all(
     written.
 
     Without ``checkpoint_every``, stops before a run that ``max_minutes`` would not fit
-    (estimated from the runs so far). With it, each run checkpoints to ``<file>.ckpt``
-    every ``checkpoint_every`` steps and resumes from there; when ``max_minutes`` are
-    up, the run in progress pauses at its checkpoint (the checkpoint goes once the
-    run's file is written)."""
+    (estimated from the runs so far, in proportion to the windows each trains on).
+    With it, each run checkpoints to ``<file>.ckpt`` every ``checkpoint_every`` steps
+    and resumes from there; when ``max_minutes`` are up, the run in progress pauses at
+    its checkpoint (the checkpoint goes once the run's file is written)."""
     seeds = [(name, train_config.seed) for name, _, train_config in plan]
     if len(set(seeds)) != len(seeds):
         raise ValueError(
@@ -739,16 +830,17 @@ def run_all(
         if find_run(path, model_config, train_config, log) is None:
             todo.append((name, model_config, train_config, path))
     corpus = load_corpus() if todo else None
-    start, done = time.perf_counter(), []
+    start, done, work_done = time.perf_counter(), [], 0
     for i, (name, model_config, train_config, path) in enumerate(
         tqdm(todo, desc=study, disable=not progress)
     ):
         elapsed = time.perf_counter() - start
         left = None if max_minutes is None else max_minutes * 60 - elapsed
+        work = windows_trained(train_config)
         if max_minutes is not None and (
             left <= 0
             if checkpoint_every is not None
-            else done and elapsed + elapsed / len(done) > max_minutes * 60
+            else done and elapsed / work_done * work > left
         ):
             log(
                 f"stopping with {len(todo) - i} runs left (--max-minutes {max_minutes})"
@@ -786,6 +878,7 @@ def run_all(
             write_json(path, record)
             checkpoint.unlink(missing_ok=True)
         done.append(path)
+        work_done += work
     return done
 
 
@@ -795,15 +888,21 @@ def study_plan(
     seeds=(0, 1, 2),
     tiny: bool = False,
     steps: int | None = None,
-    regime_name: str = "default",
+    regime_name: str | None = None,
 ):
     """The ``(name, model_config, train_config)`` of each run of ``study`` in the named
-    regime, seed by seed."""
+    regime (None: the study's own, ``STUDY_REGIMES``), seed by seed, the configurations
+    of each seed in an order shuffled by the seed: a run's place in the study (first
+    after a start, or late in a warm machine) is then no part of any one
+    configuration's times."""
+    regime_name = regime_name or STUDY_REGIMES.get(study, "default")
     plan = []
     for seed in seeds:
-        for name, changes in STUDIES[study].items():
+        names = list(STUDIES[study])
+        random.Random(seed).shuffle(names)
+        for name in names:
             model_config, train_config = configs(
-                *changes, seed=seed, tiny=tiny, regime_name=regime_name
+                *STUDIES[study][name], seed=seed, tiny=tiny, regime_name=regime_name
             )
             if steps is not None:
                 train_config = replace(train_config, steps=steps)
@@ -819,7 +918,7 @@ def run_study(
     max_minutes: float | None = None,
     tiny: bool = False,
     steps: int | None = None,
-    regime_name: str = "default",
+    regime_name: str | None = None,
     checkpoint_every: int | None = None,
     progress: bool = True,
     log=print,
@@ -979,10 +1078,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--regime",
         choices=REGIMES,
-        default="default",
-        help="the training regime of every run: 'seed' is the seed author's (Muon, "
-        "fp16 with a GradScaler, dropout 0.1, 4 batches of 24 a step, 1,250 steps, "
-        "its schedule, its fixed split); the options from --dropout on change it",
+        help="the training regime of every run (default: 'default', or the study's "
+        "own): 'seed' is the seed author's (Muon, fp16 with a GradScaler, dropout 0.1, "
+        "4 batches of 24 a step, 1,250 steps, its schedule, its fixed split); the "
+        "options from --dropout on change it",
     )
     # one configuration's options: None (or False) when not given, so that the given
     # ones can be checked
@@ -1063,6 +1162,11 @@ def main(argv=None) -> int:
             "--split-seed: the disjoint split draws nothing, so this does nothing "
             "without --overlapping-split"
         )
+    if args.study in STUDY_REGIMES and args.regime is not None:
+        parser.error(
+            f"--regime: the study {args.study} trains in the "
+            f"{STUDY_REGIMES[args.study]!r} regime, its own"
+        )
     if not args.study and args.max_minutes is not None:
         parser.error(
             "--max-minutes: stops a study between runs, so does nothing without --study"
@@ -1093,8 +1197,9 @@ def main(argv=None) -> int:
             for flag, value in training.items():
                 changes = model_changes if flag == "dropout" else train_changes
                 changes[flag.replace("-", "_")] = value
-            if args.regime != "default":
-                options["regime"] = args.regime
+            regime_name = args.regime or "default"
+            if regime_name != "default":
+                options["regime"] = regime_name
             name = " ".join(
                 flag if value is True else f"{flag}={value}"
                 for flag, value in {**options, **training}.items()
@@ -1106,7 +1211,7 @@ def main(argv=None) -> int:
                     train_changes,
                     seed=seed,
                     tiny=args.tiny,
-                    regime_name=args.regime,
+                    regime_name=regime_name,
                 )
                 if args.steps is not None:
                     train_config = replace(train_config, steps=args.steps)
