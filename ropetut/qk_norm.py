@@ -18,6 +18,7 @@ from .qk_norm_op import (
     check_qk_norm_args,
     norm_rotate,
     norm_rotate_backward,
+    prepare_backward,
     qk_norm_rope_traced,
 )
 from .tables import PRESETS, rope_tables
@@ -27,19 +28,28 @@ class QKNormRopeFunction(torch.autograd.Function):
     """q: (B, T, Hq, D), k: (B, T, Hkv, D), any strides; w_q, w_k: (D,); ``options``: a
     ``QKNormOptions`` (out of place: in place has no backward). Returns (q_out, k_out).
     Saves q, k and the weights; the backward recomputes the norm from them (see
-    ``ropetut/kernels/qk_norm_rope.py``). Differentiable once."""
+    ``ropetut/kernels/qk_norm_rope.py``). Differentiable once.
+
+    The forward computes the backward's launch key ahead (``prepare_backward``), for
+    gradients laid out like q_out and k_out, as ``RopeFunction`` does for ``final``;
+    gradients laid out otherwise get their own key in the backward."""
 
     @staticmethod
     def forward(ctx, q, k, w_q, w_k, options: QKNormOptions):
         ctx.save_for_backward(q, k, w_q, w_k)
         ctx.options = options
-        return norm_rotate(q, k, w_q, w_k, options)
+        q_out, k_out = norm_rotate(q, k, w_q, w_k, options)
+        ctx.grad_layout = (q_out.stride(), k_out.stride(), q_out.dtype, k_out.dtype)
+        ctx.backward_key = prepare_backward(q, k, w_q, w_k, q_out, k_out, options)
+        return q_out, k_out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dq_out, dk_out):
         q, k, w_q, w_k = ctx.saved_tensors
-        grads = norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, ctx.options)
+        layout = (dq_out.stride(), dk_out.stride(), dq_out.dtype, dk_out.dtype)
+        key = ctx.backward_key if layout == ctx.grad_layout else None
+        grads = norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, ctx.options, key)
         return (*grads, None)
 
 

@@ -24,7 +24,11 @@ import torch
 from torch import Tensor
 
 from .kernels import FLOAT_DTYPES, QK_NORM_ROPE, RopeOptions
-from .kernels.qk_norm_rope import qk_norm_rope_backward, qk_norm_rope_forward
+from .kernels.qk_norm_rope import (
+    backward_key,
+    qk_norm_rope_backward,
+    qk_norm_rope_forward,
+)
 from .validate import check_no_overlap, check_rope_args
 
 
@@ -124,9 +128,12 @@ def norm_rotate(q, k, w_q, w_k, options: QKNormOptions):
     return q_out, k_out
 
 
-def norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, options: QKNormOptions):
+def norm_rotate_backward(
+    q, k, w_q, w_k, dq_out, dk_out, options: QKNormOptions, key=None
+):
     """(dq, dk, dw_q, dw_k) for the forward's inputs q, k and output gradients dq_out,
-    dk_out."""
+    dk_out. key: ``prepare_backward``'s, where the gradients are laid out as it
+    assumed."""
     rope = options.rope
     return qk_norm_rope_backward(
         q,
@@ -137,6 +144,29 @@ def norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, options: QKNormOptions)
         rope.sin,
         dq_out,
         dk_out,
+        positions=rope.positions,
+        eps=options.eps,
+        interleaved=rope.interleaved,
+        rotary_dim=rope.rotary_dim,
+        weight_offset=options.weight_offset,
+        key=key,
+    )
+
+
+def prepare_backward(q, k, w_q, w_k, q_out, k_out, options: QKNormOptions):
+    """The backward's launch key, computed in the forward for gradients laid out like
+    q_out and k_out (strides and dtypes): autograd runs the backward on a thread where
+    the same Python costs several times more (chapter 6)."""
+    rope = options.rope
+    return backward_key(
+        q,
+        k,
+        w_q,
+        w_k,
+        rope.cos,
+        rope.sin,
+        q_out,
+        k_out,
         positions=rope.positions,
         eps=options.eps,
         interleaved=rope.interleaved,

@@ -61,9 +61,9 @@ from triton.compiler import ASTSource, make_backend  # noqa: E402
 from triton.compiler.errors import CompilationError  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
-v1, v2, v3, v4, final, angles, qk_norm = (
+v1, v2, v3, v4, final, angles, qk_norm, launch_cache = (
     importlib.import_module(f"ropetut.kernels.{name}")
-    for name in ("v1", "v2", "v3", "v4", "final", "angles", "qk_norm_rope")
+    for name in ("v1", "v2", "v3", "v4", "final", "angles", "qk_norm_rope", "launch")
 )
 H100 = GPUTarget("cuda", 90, 32)
 
@@ -136,6 +136,7 @@ def launch_final(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
 
 
 def launch_angles(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
+    launch_cache._COMPILED.clear()  # as for final: each variant goes through the JIT
     words = angles.turn_words(torch.rand(R // 2), q.dtype)
     angles.rope_angles(
         q, k, words, qo, ko, positions=pos, interleaved=interleaved, rotary_dim=R,
@@ -144,6 +145,7 @@ def launch_angles(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
 
 
 def launch_qk_norm(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
+    launch_cache._COMPILED.clear()
     w = torch.empty(q.shape[-1], dtype=q.dtype)  # in q's dtype, the tests' default
     launch = qk_norm.qk_norm_rope_backward if backward else qk_norm.qk_norm_rope_forward
     launch(

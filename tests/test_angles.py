@@ -298,3 +298,27 @@ def test_cos_sin_of_a_turn_within_2e_7_of_float64():
     angle = turn.double().cpu() * 2 * math.pi
     assert (cos.double().cpu() - angle.cos()).abs().max() <= 2e-7
     assert (sin.double().cpu() - angle.sin()).abs().max() <= 2e-7
+
+
+def test_a_launch_plan_is_kept_per_key_in_place_apart(monkeypatch):
+    """rope_angles keeps its plan per launch key (``kernels/launch.py``): a repeated
+    call makes none, and in place with partial rotary (no pass dims copied) makes its
+    own, not out of place's (which copies them): both right."""
+    from ropetut.kernels import angles, launch
+
+    monkeypatch.setattr(launch, "_PLANS", {})
+    made, make = [], angles._plan
+    monkeypatch.setattr(angles, "_plan", lambda *a: made.append(a) or make(*a))
+    inv_freq, _ = scaling.default(32, device=DEV)
+    words = turn_words(inv_freq, torch.float32)
+    q, k = randn(1, 9, 2, 64), randn(1, 9, 1, 64)
+    ref_q = reference(q, torch.arange(9), inv_freq, rotary_dim=32)
+    for _ in range(2):
+        q_out = torch.full_like(q, float("nan"))
+        rope_angles(q, k, words, q_out, torch.empty_like(k), rotary_dim=32)
+        assert relative_error(q_out, ref_q) <= TOLERANCE[torch.float32]
+    assert len(made) == 1
+    q_in_place, k_in_place = q.clone(), k.clone()
+    rope_angles(q_in_place, k_in_place, words, q_in_place, k_in_place, rotary_dim=32)
+    assert relative_error(q_in_place, ref_q) <= TOLERANCE[torch.float32]
+    assert len(made) == 2

@@ -9,7 +9,7 @@ import ropetut
 from ropetut import bench
 from ropetut.bench import qk_norm as bench_qk_norm
 from ropetut.check import TOLERANCE, relative_error
-from ropetut.kernels import qk_norm_rope, qk_norm_rope_v1
+from ropetut.kernels import launch, qk_norm_rope, qk_norm_rope_v1
 from ropetut.kernels.qk_norm_rope import _fp32_pair, qk_norm_rope_forward
 from ropetut.qk_norm_op import check_qk_norm_args
 from ropetut.reference import qk_norm_rope_reference, rms_norm_reference, rope_reference
@@ -299,12 +299,12 @@ def test_tiles_take_tokens_then_heads_of_each_tensor():
 def test_programs_split_by_heads_and_never_outnumber_units(monkeypatch):
     monkeypatch.setattr(qk_norm_rope, "_sm_count", lambda device: 1)  # as on the CPU
     q, k, _, _, cos, _, _ = make_case("GQA 6/2")  # 2 x 5 tokens, 6 and 2 heads
-    split = qk_norm_rope._launch_args
-    args = (q, k, cos, None, D, False, 1e-6, 0.0)
+    args = (q, k, (q, k), cos, None, D, False, 1e-6, 0.0)
     tuning = qk_norm_rope.Tuning(pairs_per_tile=8, num_warps=4, programs_per_sm=8)
-    assert split(*args, tuning)[-1] == (6, 2)  # 8 programs, 6:2 like the heads
+    plan = qk_norm_rope._plan(*args, tuning)
+    assert plan.programs == (6, 2) and plan.grid == (8, 1, 1)  # 6:2 like the heads
     tuning = tuning._replace(programs_per_sm=1000)  # units: 2 * 5 tokens x heads
-    assert split(*args, tuning)[-1] == (60, 20)
+    assert qk_norm_rope._plan(*args, tuning).programs == (60, 20)
 
 
 def test_weight_gradients_over_many_programs_are_deterministic(monkeypatch):
@@ -654,3 +654,159 @@ def test_bench_without_a_gpu_times_nothing(capsys):
         pytest.skip("on a GPU run() times every row: minutes")
     assert bench_qk_norm.run() is None
     assert "no GPU" in capsys.readouterr().out
+
+
+def count_plans(monkeypatch):
+    """A fresh plan cache, and a list that records each plan ``_plan`` makes."""
+    monkeypatch.setattr(launch, "_PLANS", {})
+    made = []
+    make = qk_norm_rope._plan
+
+    def spy(*args):
+        made.append(args)
+        return make(*args)
+
+    monkeypatch.setattr(qk_norm_rope, "_plan", spy)
+    return made
+
+
+def test_a_repeated_call_reuses_its_plan_and_another_call_makes_its_own(monkeypatch):
+    """The plan is kept per launch key: an identical second call makes none, and a
+    call with another eps, shape or stride makes its own (a reused wrong plan would
+    show as a wrong result: eps, sizes and strides are among its arguments)."""
+    made = count_plans(monkeypatch)
+    q, k, w_q, w_k, cos, sin, _ = make_case("odd shape D=96, H=3, T=17")
+    calls = {
+        "first": (q, k, {}),
+        "again": (q, k, {}),
+        "eps": (q, k, dict(eps=1e-1)),
+        "shape": (q[:, :9], k[:, :9], {}),
+        "strides": (q.transpose(1, 2).contiguous().transpose(1, 2), k, {}),
+    }
+    plans = []
+    for q_in, k_in, opts in calls.values():
+        q_out, k_out = ropetut.apply_qk_norm_rope(
+            q_in, k_in, w_q, w_k, cos, sin, **opts
+        )
+        assert relative_error(q_out, reference(q_in, w_q, cos, sin, opts)) <= 1e-5
+        assert relative_error(k_out, reference(k_in, w_k, cos, sin, opts)) <= 1e-5
+        plans.append(len(made))
+    assert plans == [1, 1, 2, 3, 4]
+
+
+def test_gradients_laid_out_otherwise_than_the_outputs():
+    """The forward prepares the backward's launch for gradients laid out like its
+    outputs; transposed gradients get a launch of their own, and the right result."""
+    q, k, w_q, w_k, cos, sin, opts = make_case("GQA 6/2")
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    grads_out = [randn(B, h, T, D).transpose(1, 2) for h in (6, 2)]
+    got = _grads_of(
+        lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin), inputs, grads_out
+    )
+    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    expected = _grads_of(
+        lambda q, k, w_q, w_k: (
+            reference(q, w_q, cos, sin, opts),
+            reference(k, w_k, cos, sin, opts),
+        ),
+        ref_inputs,
+        [g.double() for g in grads_out],
+    )
+    for name, g, e in zip(NAMES[2:], got, expected):
+        assert relative_error(g, e) <= 1e-5, name
+
+
+def test_weight_gradients_stay_finite_when_eps_rounds_to_zero():
+    """eps = 1e-50 is 0 in fp32: a masked row (zeros, past T or past the heads) then
+    has rstd = inf. Its share of dw must not reach dw as 0 * inf = NaN."""
+    q, k, w_q, w_k, cos, sin, _ = make_case("odd shape D=96, H=3, T=17")
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    grads_out = (randn(*q.shape), randn(*k.shape))
+    got = _grads_of(
+        lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin, eps=1e-50),
+        inputs,
+        grads_out,
+    )
+    for name, g in zip(NAMES[2:], got):
+        assert g.isfinite().all(), name
+
+
+class StandInKernel:
+    """A JIT kernel's stand-in: ``kernel[grid](...)`` records the call and returns a
+    compiled kernel whose launcher records its calls."""
+
+    function = packed_metadata = None
+
+    def __init__(self):
+        self.jit_calls, self.direct_calls = [], []
+
+    def __getitem__(self, grid):
+        def jit(*args, num_warps):
+            self.jit_calls.append(args)
+            return self
+
+        return jit
+
+    def run(self, *args):
+        self.direct_calls.append(args)
+
+
+@pytest.mark.parametrize("matches", [True, False])
+def test_cached_launches_skip_the_jit_unless_a_pointer_is_misaligned(
+    monkeypatch, matches
+):
+    """The second launch under a key goes straight to the compiled kernel, with the
+    grid, the stream, the pointers and the plan's arguments; a view 4 bytes off 16-byte
+    alignment goes through the JIT every time, and so does every launch where the
+    installed Triton's launch call differs from ours. (Nothing compiles under the
+    interpreter: a stand-in compiled kernel shows which path a launch took.)"""
+    monkeypatch.setattr(launch, "direct_launch_matches", lambda: matches)
+    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(
+        torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False
+    )
+    kernel, plan = StandInKernel(), launch.Plan((2, 1, 1), (5, True), 4)
+    x = torch.zeros(64)
+    for _ in range(2):
+        launch.launch(kernel, "key", plan, (x,))
+    assert len(kernel.jit_calls) == (1 if matches else 2)
+    if matches:
+        launched = (2, 1, 1, 7, None, None, None, None, None, x, 5, True)
+        assert kernel.direct_calls == [launched]
+    for _ in range(2):
+        launch.launch(kernel, "key", plan, (x[1:],))
+    assert len(kernel.jit_calls) == (3 if matches else 4)
+    assert len(kernel.direct_calls) == (1 if matches else 0)
+
+
+@gpu_only
+def test_repeated_launches_on_the_gpu_go_straight_to_the_compiled_kernels(
+    monkeypatch,
+):
+    """fwd+bwd twice: one compiled kernel kept each way, the same results. Then q and
+    the output gradients as views 4 bytes off 16-byte alignment: through the JIT,
+    nothing more kept, the same results."""
+    monkeypatch.setattr(launch, "_COMPILED", {})
+    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+    weights = [w.requires_grad_() for w in (w_q, w_k)]
+
+    dk_out = randn(*k.shape)
+
+    def step(q, dq_out):
+        q, k_in = q.detach().requires_grad_(), k.detach().requires_grad_()
+        out = ropetut.apply_qk_norm_rope(q, k_in, *weights, cos, sin)
+        grads = torch.autograd.grad(out, (q, k_in, *weights), (dq_out, dk_out))
+        return (*out, *grads)
+
+    def misaligned(x):
+        """x's values in a view 4 bytes past a 16-byte aligned buffer."""
+        view = torch.empty(x.numel() + 1, device=x.device)[1:].view(x.shape)
+        return view.copy_(x)
+
+    dq_out = randn(*q.shape)
+    first = step(q, dq_out)
+    assert len(launch._COMPILED) == 2
+    assert all(torch.equal(a, b) for a, b in zip(first, step(q, dq_out)))
+    off = step(misaligned(q), misaligned(dq_out))
+    assert all(relative_error(a, b) <= 1e-6 for a, b in zip(off, first))
+    assert len(launch._COMPILED) == 2

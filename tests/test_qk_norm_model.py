@@ -9,6 +9,7 @@ norms' w_q and w_k among them, agree within 1e-5 relative; then each of 50 optim
 steps' losses within 1e-4.
 """
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -162,10 +163,16 @@ def call_once(fn, *, make_inputs=None):
     return 1.0
 
 
+def host_once(fn, inputs):
+    """``bench.host_us``'s stand-in: one call, 2 us."""
+    fn(*inputs)
+    return 2.0
+
+
 def test_cli_bench_qk_norm_builds_its_rows_on_tiny_shapes(monkeypatch, tmp_path):
     """The command's whole path, on any device: every provider is built and called
-    once per row (the timers stand in), and the rows reach the JSON and the table.
-    torch.compile is left out: Inductor's CPU compile takes minutes here."""
+    once per row (the timers stand in), and the rows and host rows reach the JSON and
+    the table. torch.compile is left out: Inductor's CPU compile takes minutes here."""
     shapes = [
         bench.Shape(2, 5, 4, 2, 16, dtype=torch.float32),
         bench.Shape(2, 1, 4, 2, 16, dtype=torch.float32, positions=True),
@@ -174,18 +181,71 @@ def test_cli_bench_qk_norm_builds_its_rows_on_tiny_shapes(monkeypatch, tmp_path)
     monkeypatch.setattr(bench_qk_norm, "on_gpu", lambda: True)
     monkeypatch.setattr(bench, "time_ms", call_once)
     monkeypatch.setattr(bench, "graph_ms", call_once)
+    monkeypatch.setattr(bench, "host_us", host_once)
     monkeypatch.setattr(bench, "copy_floor_ms", lambda *args, **kwargs: 0.5)
     monkeypatch.setattr(bench, "peak_mem_mb", lambda fn, inputs: 0.0)
     run = partial(bench_qk_norm.run, shapes, providers)
     monkeypatch.setattr(bench_qk_norm, "run", run)
+    host_rows = partial(bench_qk_norm.host_rows, shape=shapes[0], rounds=1)
+    monkeypatch.setattr(bench_qk_norm, "host_rows", host_rows)
     out = tmp_path / "qk_norm.json"
     from ropetut.__main__ import main
 
     assert main(["bench-qk-norm", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
+    written = json.loads(out.read_text())
+    rows = written["rows"]
     built = [p for p in providers if p != "liger" or bench_qk_norm.liger_pair()]
     assert len(rows) == len(shapes) * len(bench.MODES) * len(built)
     for row in rows:
         assert row["error"] is None, row
         assert row["provider"] in built
         assert row["pct_floor"] == (100.0 if row["provider"] == bench.COPY else 50.0)
+        # the fused kernel's own floor: 2U fwd, 5U fwd+bwd (1.25 copies of 4U)
+        byte_floor = 1.25 if row["mode"] == "fwd+bwd" else 1.0
+        assert row["pct_byte_floor"] == row["pct_floor"] * byte_floor
+        assert row["graph_pct_byte_floor"] == row["graph_pct_floor"] * byte_floor
+    host = written["host"]
+    assert [(r["provider"], r["mode"]) for r in host] == [
+        (p, m) for m in bench.MODES for p in bench_qk_norm.HOST_PROVIDERS
+    ]
+    for r in host:
+        if r["provider"] == bench_qk_norm.LIGER and not bench_qk_norm.liger_pair():
+            assert r["host_us"] is None and "liger_kernel" in r["error"]
+        else:
+            assert r["host_us"] == 2.0 and r["error"] is None
+
+
+def test_the_fused_operator_provider_computes_what_the_eager_one_does():
+    """``fused (torch.ops)`` (the host rows' operator) against ``fused``: outputs and
+    all four gradients."""
+    shape = bench.Shape(2, 5, 4, 2, 16, dtype=torch.float32)
+    q, k, gq, gk = bench.make_inputs(shape, "fwd+bwd")
+    runs = []
+    for name in (bench_qk_norm.FUSED, bench_qk_norm.FUSED_OP):
+        torch.manual_seed(1)
+        fn, weights = bench_qk_norm.make_provider(name, shape)
+        step = bench_qk_norm.training_step(fn, weights)
+        runs.append((*fn(q, k), *step(q, k, gq, gk)))
+    for got, expected in zip(*runs):
+        assert torch.equal(got, expected)
+
+
+def test_model_step_script_runs_tiny(tmp_path):
+    """scripts/qk_norm_model_step.py (issue 25's model-level number) on a tiny model,
+    eagerly: a time per step for fused and unfused, the same first loss (the same
+    function from the same weights), the JSON written."""
+    path = Path(__file__).parents[1] / "scripts" / "qk_norm_model_step.py"
+    spec = importlib.util.spec_from_file_location("qk_norm_model_step", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "model.json"
+    argv = ["--tiny", "--modes", "eager", "--rounds", "1", "--json", str(out)]
+    assert script.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["qk_norm"], r["mode"]) for r in rows] == [
+        ("fused", "eager"),
+        ("unfused", "eager"),
+    ]
+    assert all(r["ms"] > 0 for r in rows) and rows[1]["vs_unfused"] == 1.0
+    fused, unfused = (r["first_loss"] for r in rows)
+    assert abs(fused - unfused) <= 1e-5 * abs(unfused)

@@ -10,6 +10,14 @@ and w_k):
 - ``torch.compile``: that module compiled by Inductor;
 - ``copy (floor)``: ``bench.copy`` of q and k (fwd+bwd: of the gradients too).
 
+Two floors, with U the bytes of q and k: ``pct_floor`` is the copy's (2U fwd, 4U
+fwd+bwd, as ``python -m ropetut bench`` counts RoPE's); ``pct_byte_floor`` is the fused
+kernel's own: 2U fwd (q and k read and written once), 5U fwd+bwd (the backward reads x
+and dy and writes dx, 3U), timed as 1.25 copies. The unfused pair moves at least 9U
+fwd+bwd. Then host rows (``host_rows``): host microseconds per call on
+``bench.HOST_SHAPE``, where the GPU waits for the host, for ``fused`` called eagerly,
+``fused (torch.ops)`` (its registered operator, through the dispatcher) and ``liger``.
+
 Inputs are laid out as Hugging Face's Qwen3 makes them: the projection viewed as
 (B, T, H, D), normalised there, and handed to RoPE as (B, H, T, D) views. The timers,
 inputs, table and the check that a provider writes only into what it declares in
@@ -31,7 +39,12 @@ from ..runtime import DEVICE, NO_GPU, on_gpu
 from ..tables import rope_tables, standard
 
 FUSED, LIGER, EAGER, COMPILED = "fused", "liger", "torch eager", "torch.compile"
+FUSED_OP = "fused (torch.ops)"  # the registered operator, called eagerly
 PROVIDERS = (bench.COPY, FUSED, LIGER, EAGER, COMPILED)
+HOST_PROVIDERS = (FUSED, FUSED_OP, LIGER)
+NO_LIGER = "liger_kernel does not import (pip install liger-kernel)"
+# the fused kernel's bytes over the copy's: fwd 2U / 2U, fwd+bwd 5U / 4U
+BYTE_FLOOR_OVER_COPY = {"fwd": 1.0, "fwd+bwd": 1.25}
 # What a provider writes into, of q, k, gq, gk (bench.check_untouched): the backward
 # of Liger's RoPE writes dq, dk into gq, gk, and its RMSNorm's writes dx into dy,
 # there too.
@@ -90,6 +103,11 @@ def make_provider(name: str, shape: bench.Shape):
             apply_qk_norm_rope, w_q=w_q, w_k=w_k, cos=cos, sin=sin, positions=positions
         )
         return lambda q, k: fn(q, k), weights
+    if name == FUSED_OP:
+        positions = pos if shape.positions else None
+        op = torch.ops.ropetut.qk_norm_rope
+        args = (w_q, w_k, cos, sin, positions, EPS, False, shape.D, 0.0)
+        return lambda q, k: op(q, k, *args), weights
     if name in (EAGER, COMPILED):
         c, s = cos[pos][:, :, None], sin[pos][:, :, None]
         fn = partial(unfused, w_q=w_q, w_k=w_k, c=c, s=s)
@@ -137,6 +155,8 @@ def measure(name, shape, mode, floor_ms, graph_floor_ms):
         graph_ms=None,
         graph_pct_floor=None,
         graph_vs_liger=None,
+        pct_byte_floor=None,
+        graph_pct_byte_floor=None,
         peak_mem_mb=None,
         error=None,
     )
@@ -158,6 +178,10 @@ def measure(name, shape, mode, floor_ms, graph_floor_ms):
             pct_floor=floor_ms / ms * 100,
             graph_ms=graphed,
             graph_pct_floor=graph_floor_ms / graphed * 100,
+            pct_byte_floor=floor_ms * BYTE_FLOOR_OVER_COPY[mode] / ms * 100,
+            graph_pct_byte_floor=graph_floor_ms * BYTE_FLOOR_OVER_COPY[mode]
+            / graphed
+            * 100,
             peak_mem_mb=bench.peak_mem_mb(fn, inputs()),
         )
     except Exception as e:  # one failing peer must not end the benchmark
@@ -193,21 +217,106 @@ def run(shapes=SHAPES, providers=PROVIDERS, modes=bench.MODES):
     return rows
 
 
+def host_rows(
+    providers=HOST_PROVIDERS, modes=bench.MODES, shape=bench.HOST_SHAPE, rounds=9
+):
+    """Host microseconds per call of each provider on a shape so small that the GPU
+    waits for the host, fwd and fwd+bwd (the weights' gradients too), and the ratio to
+    Liger's; as ``bench.host_rows``: providers take turns, ``rounds`` rounds of one
+    timed loop each, a provider's figure its median round. Liger, where it does
+    not import, gets a row with the reason. Returns the rows, or None without a GPU."""
+    if not on_gpu():
+        print(NO_GPU)
+        return None
+    rows = []
+    for mode in modes:
+        steps, inputs = {}, {}
+        for name in providers:
+            if name == LIGER and liger_pair() is None:
+                continue
+            fn, weights = make_provider(name, shape)
+            steps[name] = training_step(fn, weights) if mode == "fwd+bwd" else fn
+            inputs[name] = bench.make_inputs(shape, mode)  # its own: Liger writes
+            mutates = MUTATES.get(name, ())
+            w_q, w_k = weights
+            bench.check_untouched(
+                name, steps[name], inputs[name], mutates, w_q=w_q, w_k=w_k
+            )
+            for _ in range(20):  # warm up: compile, fill the launch caches
+                steps[name](*inputs[name])
+        times = {name: [] for name in steps}
+        for _ in range(rounds):
+            for name, step in steps.items():
+                times[name].append(bench.host_us(step, inputs[name]))
+        for name in providers:
+            if name in times:
+                median = sorted(times[name])[rounds // 2]
+                rows.append(_host_row(name, mode, shape, host_us=median))
+            else:
+                rows.append(_host_row(name, mode, shape, error=NO_LIGER))
+    liger = {r["mode"]: r["host_us"] for r in rows if r["provider"] == LIGER}
+    for r in rows:
+        if r["host_us"] and liger.get(r["mode"]):
+            r["vs_liger"] = r["host_us"] / liger[r["mode"]]
+    return rows
+
+
+def _host_row(name, mode, shape, host_us=None, error=None):
+    """One row of ``host_rows``: a time, or the error that took its place."""
+    return dict(
+        provider=name,
+        mode=mode,
+        shape=shape.label,
+        host_us=host_us,
+        vs_liger=None,
+        error=error,
+    )
+
+
+def format_byte_floor_table(rows) -> str:
+    """The fused rows against the fused kernel's byte floor (2U fwd, 5U fwd+bwd)."""
+    lines = [f"{'fused':37} {'mode':7} {'% byte floor':>12} {'graphed':>8}"]
+    for r in rows:
+        if r["provider"] == FUSED and r["pct_byte_floor"]:
+            lines.append(
+                f"{r['shape']:37} {r['mode']:7} {r['pct_byte_floor']:11.0f}% "
+                f"{r['graph_pct_byte_floor']:7.0f}%"
+            )
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ropetut bench-qk-norm", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--json", metavar="PATH", help="write {environment, rows} here")
+    parser.add_argument(
+        "--json", metavar="PATH", help="write {environment, rows, host} here"
+    )
+    parser.add_argument(
+        "--no-host", action="store_true", help="skip the host-time-per-call rows"
+    )
     args = parser.parse_args(argv)
     rows = run()
     if rows is None:
         return 0
+    host = None if args.no_host else host_rows()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(
-            json.dumps({"environment": bench.environment(), "rows": rows}, indent=1)
+            json.dumps(
+                {"environment": bench.environment(), "rows": rows, "host": host},
+                indent=1,
+            )
         )
     bench.print_table(rows)
+    print()
+    print(format_byte_floor_table(rows))
+    if host:
+        print()
+        print(bench.format_host_table([r for r in host if r["host_us"]]))
+        for r in host:
+            if r["error"]:
+                print(f"{r['provider']} {r['mode']}: skipped: {r['error']}")
     return 1 if any(r["error"] and r["provider"] == FUSED for r in rows) else 0
 
 

@@ -43,13 +43,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .final import (
-    _copy_pass_dims,
-    _last_offset,
-    _load_pairs,
-    _store_pairs,
-    direct_launch_matches,
-)
+from .final import _copy_pass_dims, _last_offset, _load_pairs, _store_pairs
+from .launch import Plan, kept_plan, launch
 from .tiles import tile_sizes
 
 MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
@@ -205,8 +200,6 @@ def rope_angles_kernel(
 # warps, chosen from a sweep of tiles and warps on the H100 (issue 26's note);
 # ``python -m ropetut bench-angles`` compares this kernel with the table's.
 PAIRS_PER_TILE, NUM_WARPS = 1024, 2
-# (shapes, strides, dtypes, options) -> (compiled kernel, grid, device, scalars)
-_LAUNCHES = {}
 
 
 def turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -259,14 +252,14 @@ def rope_angles(
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out may
     be q. words: ``turn_words(inv_freq, q.dtype)``. positions: None or (B, T) integers.
     Returns (q_out, k_out). A repeated launch goes straight to the compiled kernel, as
-    ``final``'s does (see there)."""
+    ``final``'s does (``launch``)."""
     R = rotary_dim or q.shape[3]
     # HK = 0: the k loop never runs
     kk, kk_out = (q, q_out) if k is None else (k, k_out)
     pos = q if positions is None else positions  # a placeholder pointer, never read
     pointers = (q, kk, q_out, kk_out, words, pos)
-    aligned = not any(t.data_ptr() % 16 for t in pointers)
     in_place = q_out.data_ptr() == q.data_ptr()
+    # everything the plan is computed from (``launch.kept_plan``)
     key = (
         q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
         None if k is None
@@ -275,34 +268,26 @@ def rope_angles(
         None if positions is None else (positions.stride(), positions.dtype),
         R, interleaved, backward, in_place,
     )  # fmt: skip
-    cached = _LAUNCHES.get(key) if aligned else None
-    if cached is None:
-        kernel, grid, scalars = _first_launch(
+    plan = kept_plan(
+        rope_angles_kernel,
+        key,
+        lambda: _plan(
             *pointers, k is not None, positions is not None, R, interleaved, backward
-        )
-        if aligned and kernel is not None and direct_launch_matches():  # compiled
-            if len(_LAUNCHES) >= 4096:
-                _LAUNCHES.clear()
-            _LAUNCHES[key] = (kernel, grid, q.get_device(), scalars)
-    else:
-        kernel, grid, device, scalars = cached
-        kernel.run(
-            *grid, torch._C._cuda_getCurrentRawStream(device), kernel.function,
-            kernel.packed_metadata, None, None, None, *pointers, *scalars,
-        )  # fmt: skip
+        ),
+    )
+    launch(rope_angles_kernel, key, plan, pointers)
     return q_out, k_out
 
 
-def _first_launch(
+def _plan(
     q, kk, q_out, kk_out, words, pos, has_k, has_positions, R, interleaved, backward
 ):  # fmt: skip
-    """Launch through Triton's JIT. Returns the compiled kernel (None when
-    interpreted), the grid and every argument after the pointers."""
+    """The launch's grid and every argument after the pointers, the constexprs too, in
+    the kernel's order."""
     B, T, HQ, D = q.shape
     HK = kk.shape[2] if has_k else 0
     BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)
     spb, spt = pos.stride() if has_positions else (0, 0)
-    grid = (triton.cdiv(T, BLOCK_T), B, 1)
     scalars = (
         T, HQ, HK, R // 2, D, R, *q.stride(), *kk.stride(), *q_out.stride(),
         *kk_out.stride(), spb, spt,
@@ -315,10 +300,8 @@ def _first_launch(
         "BLOCK_T": BLOCK_T, "BLOCK_H": BLOCK_H, "BLOCK_HALF": BLOCK_HALF,
         "BLOCK_PASS": triton.next_power_of_2(max(D - R, 1)),
     }  # fmt: skip
-    launch = rope_angles_kernel[grid](
-        q, kk, q_out, kk_out, words, pos, *scalars, **constexprs, num_warps=NUM_WARPS
-    )
-    return launch, grid, (*scalars, *constexprs.values())
+    grid = (triton.cdiv(T, BLOCK_T), B, 1)
+    return Plan(grid, (*scalars, *constexprs.values()), NUM_WARPS)
 
 
 def _round_to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:

@@ -57,6 +57,9 @@ and stores ahead of the next loads.
 
 The tile sizes, warps and programs per SM are ``FORWARD`` and ``BACKWARD`` below; the
 launchers take overrides as keyword arguments (``pairs_per_tile=...``), for sweeps.
+Each launch's plan is kept per ``launch_key`` and a repeated launch goes straight to the
+compiled kernel (``launch.py``): the host time of an eager call is mostly Triton's
+binding of some 50 arguments otherwise.
 """
 
 import struct
@@ -68,6 +71,7 @@ import triton
 import triton.language as tl
 
 from .final import _last_offset, _load_pairs, _store_pairs
+from .launch import Plan, kept_plan, launch
 
 
 @triton.jit
@@ -392,13 +396,15 @@ def _backward_rows(
     w1,
     w2,
     wp,
+    row_mask,
     pair_mask,
     D,
     eps,
     HAS_PASS: tl.constexpr,
 ):
     """For loaded rows of x and dy: dx (dx1, dx2, dxp) and the rows' shares of dw
-    (g * x * rstd on the pairs and the pass dims), in the compute dtype."""
+    (g * x * rstd on the pairs and the pass dims; zero on masked rows), in the compute
+    dtype."""
     c = cos.dtype
     x1, x2, xp = x1.to(c), x2.to(c), xp.to(c)
     dy1, dy2, gp = dy1.to(c), dy2.to(c), dyp.to(c)
@@ -415,7 +421,11 @@ def _backward_rows(
     dx1 = rstd * (g1 * w1 - xh1 * mean)
     dx2 = rstd * (g2 * w2 - xh2 * mean)
     dxp = rstd * (gp * wp - xhp * mean)
-    return dx1, dx2, dxp, g1 * xh1, g2 * xh2, gp * xhp
+    # A masked row is zeros: with an eps that rounds to 0 its rstd is inf, and its
+    # share 0 * inf = NaN would reach dw.
+    share1 = tl.where(pair_mask, g1 * xh1, 0)
+    share2 = tl.where(pair_mask, g2 * xh2, 0)
+    return dx1, dx2, dxp, share1, share2, tl.where(row_mask, gp * xhp, 0)
 
 
 @triton.jit
@@ -533,8 +543,8 @@ def _backward_walk(
         else:
             ncos, nsin = cos, sin
         dx1, dx2, dxp, share1, share2, sharep = _backward_rows(
-            x1, x2, xp, dy1, dy2, dyp, cos, sin, w1, w2, wp, mask & (i < HALF), D,
-            eps, HAS_PASS,
+            x1, x2, xp, dy1, dy2, dyp, cos, sin, w1, w2, wp, mask, mask & (i < HALF),
+            D, eps, HAS_PASS,
         )  # fmt: skip
         dw1, dw2 = dw1 + share1, dw2 + share2
         if HAS_PASS:
@@ -694,10 +704,56 @@ def _sm_count(device_index):
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _launch_args(q, k, cos, positions, rotary_dim, interleaved, eps, offset, tuning):
-    """What both kernels take after their pointers: the sizes, eps and weight_offset,
-    the tiles and programs (``scalars``); the table's strides; the constexprs. And the
-    programs of q and of k."""
+def _sms(q) -> int:
+    """The SMs a persistent grid fills: the GPU's, or CPU_SMS under the interpreter."""
+    return _sm_count(q.get_device()) if q.is_cuda else CPU_SMS
+
+
+def launch_key(
+    kernel, q, k, a, b, w_q, w_k, cos, sin, positions, *, eps, interleaved,
+    rotary_dim, weight_offset, tuning,
+):  # fmt: skip
+    """Everything a launch's plan and compiled kernel depend on but pointer alignment
+    (``launch.py``): kernel (forward or backward), the shapes, strides and dtypes of q,
+    k, a and b (q_out, k_out forward; dq_out, dk_out backward), the weights' dtypes
+    (they are read contiguous), the tables', positions', the device, the SMs, the
+    options, eps and weight_offset, and the tuning overrides (a dict)."""
+    return (
+        kernel,
+        q.shape,
+        q.stride(),
+        q.dtype,
+        k.shape,
+        k.stride(),
+        k.dtype,
+        a.stride(),
+        a.dtype,
+        b.stride(),
+        b.dtype,
+        w_q.dtype,
+        w_k.dtype,
+        cos.shape,
+        cos.stride(),
+        cos.dtype,
+        sin.stride(),
+        sin.dtype,
+        None if positions is None else (positions.stride(), positions.dtype),
+        q.get_device(),
+        _sms(q),
+        eps,
+        weight_offset,
+        interleaved,
+        rotary_dim,
+        tuple(sorted(tuning.items())),
+    )
+
+
+def _plan(q, k, others, cos, positions, rotary_dim, interleaved, eps, offset, tuning):
+    """Either kernel's launch: its grid, warps and every argument after the pointers
+    (the sizes, eps and weight_offset, the tiles and programs; the strides of q, k and
+    ``others``, the kernel's other (B, T, H, D) tensors: q_out, k_out forward, dq_out,
+    dk_out, dq, dk backward; the table's and positions' strides; the constexprs), in
+    the kernels' order. With the programs of q and of k."""
     B, T, HQ, D = q.shape
     HK, R = k.shape[2], rotary_dim
     BLOCK_T, BLOCK_HQ, BLOCK_HK, BLOCK_HALF = _tiles(
@@ -706,8 +762,7 @@ def _launch_args(q, k, cos, positions, rotary_dim, interleaved, eps, offset, tun
     n_tiles_t = triton.cdiv(T, BLOCK_T)
     n_tiles = B * n_tiles_t
     # the grid, split by heads; a tensor gets no more programs than it has units
-    sms = _sm_count(q.get_device()) if q.is_cuda else CPU_SMS
-    programs = tuning.programs_per_sm * sms
+    programs = tuning.programs_per_sm * _sms(q)
     q_programs = round(programs * HQ / (HQ + HK))
     q_programs = min(n_tiles * triton.cdiv(HQ, BLOCK_HQ), max(1, q_programs))
     k_programs = min(n_tiles * triton.cdiv(HK, BLOCK_HK), max(1, programs - q_programs))
@@ -726,20 +781,26 @@ def _launch_args(q, k, cos, positions, rotary_dim, interleaved, eps, offset, tun
         q_programs,
         k_programs,
     )
+    strides = tuple(st for t in (q, k, *others) for st in t.stride())
     spb, spt = (0, 0) if positions is None else positions.stride()
     constexprs = {
         "HAS_POSITIONS": positions is not None,
         "INTERLEAVED": interleaved,
         "HAS_PASS": R < D,
         "FP64": q.dtype == torch.float64,
-        "WIDE": False,  # the launcher sets it from all its tensors
+        "WIDE": max(_last_offset(t) for t in (q, k, *others)) >= 2**31,
         "BLOCK_T": BLOCK_T,
         "BLOCK_HQ": BLOCK_HQ,
         "BLOCK_HK": BLOCK_HK,
         "BLOCK_HALF": BLOCK_HALF,
         "BLOCK_PASS": triton.next_power_of_2(max(D - R, 1)),
     }
-    return scalars, (cos.stride(0), spb, spt), constexprs, (q_programs, k_programs)
+    return Plan(
+        (q_programs + k_programs, 1, 1),
+        (*scalars, *strides, cos.stride(0), spb, spt, *constexprs.values()),
+        tuning.num_warps,
+        (q_programs, k_programs),
+    )
 
 
 def qk_norm_rope_forward(
@@ -757,40 +818,34 @@ def qk_norm_rope_forward(
     interleaved,
     rotary_dim,
     weight_offset,
+    key=None,
     **tuning,
 ):
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D); any strides; q_out may be q
     (and k_out k): in place. w_q, w_k: (D,). cos, sin: (n_positions, rotary_dim/2),
-    contiguous. positions: None or (B, T) integers. tuning: overrides of ``FORWARD``'s
-    fields. Returns (q_out, k_out)."""
+    contiguous. positions: None or (B, T) integers. key: this call's ``launch_key``,
+    when the caller has it. tuning: overrides of ``FORWARD``'s fields. Returns (q_out,
+    k_out)."""
     w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
     if q.shape[0] * q.shape[1] == 0:
         return q_out, k_out
-    tuning = FORWARD._replace(**tuning)
-    scalars, table_strides, constexprs, programs = _launch_args(
-        q, k, cos, positions, rotary_dim, interleaved, eps, weight_offset, tuning
+    kernel = qk_norm_rope_fwd_kernel
+    if key is None:
+        key = launch_key(
+            kernel, q, k, q_out, k_out, w_q, w_k, cos, sin, positions, eps=eps,
+            interleaved=interleaved, rotary_dim=rotary_dim,
+            weight_offset=weight_offset, tuning=tuning,
+        )  # fmt: skip
+    plan = kept_plan(
+        kernel,
+        key,
+        lambda: _plan(
+            q, k, (q_out, k_out), cos, positions, rotary_dim, interleaved, eps,
+            weight_offset, FORWARD._replace(**tuning),
+        ),  # fmt: skip
     )
-    constexprs["WIDE"] = max(_last_offset(t) for t in (q, k, q_out, k_out)) >= 2**31
     pos = q if positions is None else positions  # a placeholder pointer, never read
-    qk_norm_rope_fwd_kernel[(sum(programs),)](
-        q,
-        k,
-        q_out,
-        k_out,
-        w_q,
-        w_k,
-        cos,
-        sin,
-        pos,
-        *scalars,
-        *q.stride(),
-        *k.stride(),
-        *q_out.stride(),
-        *k_out.stride(),
-        *table_strides,
-        **constexprs,
-        num_warps=tuning.num_warps,
-    )
+    launch(kernel, key, plan, (q, k, q_out, k_out, w_q, w_k, cos, sin, pos))
     return q_out, k_out
 
 
@@ -809,10 +864,12 @@ def qk_norm_rope_backward(
     interleaved,
     rotary_dim,
     weight_offset,
+    key=None,
     **tuning,
 ):
     """The gradients of ``qk_norm_rope_forward`` (out of place) for output gradients
-    dq_out, dk_out (any strides). q, k: the forward's inputs. tuning: overrides of
+    dq_out, dk_out (any strides). q, k: the forward's inputs. key: this call's
+    ``launch_key`` (``backward_key`` computes it ahead). tuning: overrides of
     ``BACKWARD``'s fields. Returns (dq, dk, dw_q, dw_k): dq, dk laid out like q and k,
     dw_q and dw_k in the weights' dtypes."""
     w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
@@ -820,40 +877,42 @@ def qk_norm_rope_backward(
     B, T, _, D = q.shape
     if B * T == 0:
         return dq, dk, torch.zeros_like(w_q), torch.zeros_like(w_k)
-    tuning = BACKWARD._replace(**tuning)
-    scalars, table_strides, constexprs, programs = _launch_args(
-        q, k, cos, positions, rotary_dim, interleaved, eps, weight_offset, tuning
+    kernel = qk_norm_rope_bwd_kernel
+    if key is None:
+        key = backward_key(
+            q, k, w_q, w_k, cos, sin, dq_out, dk_out, positions=positions, eps=eps,
+            interleaved=interleaved, rotary_dim=rotary_dim,
+            weight_offset=weight_offset, tuning=tuning,
+        )  # fmt: skip
+    plan = kept_plan(
+        kernel,
+        key,
+        lambda: _plan(
+            q, k, (dq_out, dk_out, dq, dk), cos, positions, rotary_dim, interleaved,
+            eps, weight_offset, BACKWARD._replace(**tuning),
+        ),  # fmt: skip
     )
-    tensors = (q, k, dq_out, dk_out, dq, dk)
-    constexprs["WIDE"] = max(_last_offset(t) for t in tensors) >= 2**31
+    # one row of dw a program (fp32; fp64 for fp64), summed here: q's rows, then k's
+    q_programs, k_programs = plan.programs
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    dw_part = torch.empty(sum(programs), D, dtype=acc, device=q.device)
+    dw_part = torch.empty(q_programs + k_programs, D, dtype=acc, device=q.device)
     pos = q if positions is None else positions
-    qk_norm_rope_bwd_kernel[(sum(programs),)](
-        q,
-        k,
-        dq_out,
-        dk_out,
-        dq,
-        dk,
-        w_q,
-        w_k,
-        dw_part,
-        cos,
-        sin,
-        pos,
-        *scalars,
-        *q.stride(),
-        *k.stride(),
-        *dq_out.stride(),
-        *dk_out.stride(),
-        *dq.stride(),
-        *dk.stride(),
-        *table_strides,
-        **constexprs,
-        num_warps=tuning.num_warps,
-    )
-    q_programs = programs[0]
-    dw_q = dw_part[:q_programs].sum(0).to(w_q.dtype)
-    dw_k = dw_part[q_programs:].sum(0).to(w_k.dtype)
-    return dq, dk, dw_q, dw_k
+    pointers = (q, k, dq_out, dk_out, dq, dk, w_q, w_k, dw_part, cos, sin, pos)
+    launch(kernel, key, plan, pointers)
+    dw_q, dw_k = dw_part.split(plan.programs)
+    return dq, dk, dw_q.sum(0).to(w_q.dtype), dw_k.sum(0).to(w_k.dtype)
+
+
+def backward_key(
+    q, k, w_q, w_k, cos, sin, dq_out, dk_out, *, positions, eps, interleaved,
+    rotary_dim, weight_offset, tuning=None,
+):  # fmt: skip
+    """The backward's ``launch_key``. The forward can compute it ahead for gradients
+    laid out like its outputs (pass q_out, k_out as dq_out, dk_out): autograd runs the
+    backward on a thread where the same Python costs several times more (chapter 6).
+    dq and dk, which the backward allocates like q and k, are functions of q and k."""
+    return launch_key(
+        qk_norm_rope_bwd_kernel, q, k, dq_out, dk_out, w_q, w_k, cos, sin, positions,
+        eps=eps, interleaved=interleaved, rotary_dim=rotary_dim,
+        weight_offset=weight_offset, tuning=tuning or {},
+    )  # fmt: skip

@@ -1,0 +1,93 @@
+"""launch: a kernel's launch plan kept per key; a launch that skips Triton's wrapper.
+
+``kernel[grid](...)`` re-derives the kernel's specialization from every argument on
+every call, which costs more host time than a small kernel's GPU time (chapter 6).
+``final.rope_final`` avoids it with a cache of its own, printed in chapter 6; this file
+is the same cache for the other kernels (``angles``, ``qk_norm_rope``), in two parts:
+
+- ``kept_plan(kernel, key, make_plan)``: the launch's ``Plan`` (grid, warps and every
+  argument after the pointers) kept under ``key``, which must hold everything the plan
+  is computed from: shapes, strides, dtypes, device and options (the callers' keys say
+  which). Plans are plain Python values, kept on every device, the interpreter's too.
+- ``launch(kernel, key, plan, pointers)``: the first launch under a key goes through
+  ``kernel[grid](...)``, which compiles; the compiled kernel is kept, and the next
+  launches under that key hand the arguments and the current stream straight to its
+  launcher. The compiled kernel also depends on each pointer's 16-byte alignment, which
+  the key does not hold: a launch with a misaligned pointer (rare: a view at an odd
+  offset) goes through ``kernel[grid](...)`` every time, and one with all pointers
+  aligned uses only a kernel compiled for aligned pointers.
+
+What the direct launch skips: Triton's launch hooks (profilers such as Proton see no
+cached launch). It calls Triton's private launcher interface, so it is used only where
+``final.direct_launch_matches()`` finds that the installed Triton calls it the same
+way; elsewhere every launch goes through ``kernel[grid](...)``. Under the interpreter
+nothing compiles, so nothing but plans is kept.
+
+Nothing kept is a tensor: a launch captured in a CUDA graph keeps no memory alive, and
+sees none freed. Each dict holds at most ``MAX_KEPT`` keys (then starts again), a bound
+for callers that never repeat a shape.
+"""
+
+from typing import NamedTuple
+
+import torch
+
+from .final import direct_launch_matches
+
+MAX_KEPT = 4096
+ALIGNMENT = 16  # bytes: Triton specializes a pointer on it
+
+
+class Plan(NamedTuple):
+    """A launch, but for its pointers."""
+
+    grid: tuple  # (x, y, z)
+    args: tuple  # every argument after the pointers, in the kernel's order
+    num_warps: int
+    programs: tuple = ()  # what the caller needs besides (qk_norm_rope: q's, k's)
+
+
+_PLANS = {}  # (kernel, key) -> Plan
+_COMPILED = {}  # (kernel, key) -> (compiled kernel, device index)
+
+
+def kept_plan(kernel, key, make_plan) -> Plan:
+    """The plan kept for kernel under key; ``make_plan()`` makes it on first use."""
+    plan = _PLANS.get((kernel, key))
+    if plan is None:
+        if len(_PLANS) >= MAX_KEPT:
+            _PLANS.clear()
+        plan = _PLANS[kernel, key] = make_plan()
+    return plan
+
+
+def launch(kernel, key, plan: Plan, pointers) -> None:
+    """``kernel[plan.grid](*pointers, *plan.args)``, straight to the compiled kernel
+    once one is kept for key and every pointer is 16-byte aligned. pointers: the
+    kernel's tensor arguments, in its order, before plan.args."""
+    addresses = 0
+    for t in pointers:  # (a plain loop: a generator costs a microsecond more)
+        addresses |= t.data_ptr()
+    aligned = addresses % ALIGNMENT == 0
+    kept = _COMPILED.get((kernel, key)) if aligned else None
+    if kept is None:
+        compiled = kernel[plan.grid](*pointers, *plan.args, num_warps=plan.num_warps)
+        # compiled is None: interpreted
+        if aligned and compiled is not None and direct_launch_matches():
+            if len(_COMPILED) >= MAX_KEPT:
+                _COMPILED.clear()
+            _COMPILED[kernel, key] = (compiled, pointers[0].get_device())
+        return
+    compiled, device = kept
+    # What ``kernel[grid](...)`` does, without its Python wrapper: no launch hooks
+    compiled.run(
+        *plan.grid,
+        torch._C._cuda_getCurrentRawStream(device),
+        compiled.function,
+        compiled.packed_metadata,
+        None,
+        None,
+        None,
+        *pointers,
+        *plan.args,
+    )
