@@ -19,7 +19,7 @@
 #             /tmp/triton371 by scripts/triton-install.sh (four calls, see there). The machine's
 #             torch 2.11 is built for Triton 3.6, so torch.compile tests may fail there for
 #             reasons outside ropetut: compare with the tests step's counts.
-#   hf        scripts/hf_step_time.py -> results/hf_dropin_h100.json (copied to $OUT): the
+#   hf        scripts/hf_step_time.py -> results/hf_dropin_<h100|h200>.json (to $OUT): the
 #             Hugging Face drop-in against unpatched transformers and Liger on 8B-like stacks;
 #             installs .hf-wheels/ (scripts/hf-wheels.sh: transformers) into /tmp/site first,
 #             so carry ".whl .hf-wheels", e.g. STEPS=hf bash scripts/gpu-validate.sh; HF_ARGS
@@ -51,6 +51,17 @@ if [[ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ]]; then   # pip --target ski
   PYTHONPATH="/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
 fi
 PYTHONPATH="$PWD:$PYTHONPATH"
+
+# Stored outputs and the suite's record name the commit that ran (ropetut.book.provenance).
+# The device tool copies the working tree beside the .git of the session's start, so there
+# git's HEAD can be an older commit than the tree: name the tree's commit in ROPETUT_COMMIT.
+if [[ -z "${ROPETUT_COMMIT:-}" && " $STEPS " =~ \ (chapters|tests)\  ]] \
+   && [[ -n "$(git status --porcelain -- ropetut chapters tests 2>/dev/null)" ]]; then
+  echo "gpu-validate: ropetut/, chapters/ or tests/ differ from git's HEAD" \
+       "($(git rev-parse --short=10 HEAD 2>/dev/null || echo none)): set ROPETUT_COMMIT to" \
+       "the commit this tree is (add +dirty for uncommitted changes)" >&2
+  exit 2
+fi
 
 echo "== environment"
 nvidia-smi -L
@@ -164,7 +175,10 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
 step tests suite
 step host python3 scripts/host_before_after.py "${BASELINE:-.baseline}"
 hf_dropin() {
-  local status=0 json=results/hf_dropin_h100.json
+  local status=0 json gpu
+  gpu=$(python3 -c 'import torch; n = torch.cuda.get_device_name()
+print(next((g for g in ("h100", "h200") if g.upper() in n), "gpu"))')
+  json=results/hf_dropin_$gpu.json
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .hf-wheels/*.whl || return 1
   mkdir -p results

@@ -21,7 +21,7 @@ loss, backward). Both patches rebind the modeling module's function, so they act
 every model of that family until undone; each is undone before the next provider.
 
 On the H100 (transformers from .hf-wheels, Liger from .whl: scripts/hf-wheels.sh):
-    STEPS=hf bash scripts/gpu-validate.sh      # -> results/hf_dropin_h100.json
+    STEPS=hf bash scripts/gpu-validate.sh      # -> results/hf_dropin_h100.json (h200 there)
 On a CPU, a tiny fp32 stack through Triton's interpreter (timings only indicative):
     PYTHONPATH=.:<site with transformers> python scripts/hf_step_time.py --tiny
 Exits 1 when unpatched or ropetut fails to run or to match; Liger's failures and
