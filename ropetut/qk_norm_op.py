@@ -109,19 +109,7 @@ def norm_rotate(q, k, w_q, w_k, options: QKNormOptions):
         (q, k) if rope.inplace else (torch.empty_like(q), torch.empty_like(k))
     )
     qk_norm_rope_forward(
-        q,
-        k,
-        w_q,
-        w_k,
-        rope.cos,
-        rope.sin,
-        q_out,
-        k_out,
-        positions=rope.positions,
-        eps=options.eps,
-        interleaved=rope.interleaved,
-        rotary_dim=rope.rotary_dim,
-        weight_offset=options.weight_offset,
+        q, k, w_q, w_k, rope.cos, rope.sin, q_out, k_out, **_kernel_options(options)
     )
     if rope.inplace:
         torch.autograd.graph.increment_version((q, k))
@@ -136,21 +124,9 @@ def norm_rotate_backward(
     assumed."""
     rope = options.rope
     return qk_norm_rope_backward(
-        q,
-        k,
-        w_q,
-        w_k,
-        rope.cos,
-        rope.sin,
-        dq_out,
-        dk_out,
-        positions=rope.positions,
-        eps=options.eps,
-        interleaved=rope.interleaved,
-        rotary_dim=rope.rotary_dim,
-        weight_offset=options.weight_offset,
-        key=key,
-    )
+        q, k, w_q, w_k, rope.cos, rope.sin, dq_out, dk_out, key=key,
+        **_kernel_options(options),
+    )  # fmt: skip
 
 
 def prepare_backward(q, k, w_q, w_k, q_out, k_out, options: QKNormOptions):
@@ -159,20 +135,20 @@ def prepare_backward(q, k, w_q, w_k, q_out, k_out, options: QKNormOptions):
     the same Python costs several times more (chapter 6)."""
     rope = options.rope
     return backward_key(
-        q,
-        k,
-        w_q,
-        w_k,
-        rope.cos,
-        rope.sin,
-        q_out,
-        k_out,
-        positions=rope.positions,
-        eps=options.eps,
-        interleaved=rope.interleaved,
-        rotary_dim=rope.rotary_dim,
-        weight_offset=options.weight_offset,
+        q, k, w_q, w_k, rope.cos, rope.sin, q_out, k_out, **_kernel_options(options)
     )
+
+
+def _kernel_options(options: QKNormOptions) -> dict:
+    """The keyword arguments both launchers (and ``backward_key``) take from options."""
+    rope = options.rope
+    return {
+        "positions": rope.positions,
+        "eps": options.eps,
+        "interleaved": rope.interleaved,
+        "rotary_dim": rope.rotary_dim,
+        "weight_offset": options.weight_offset,
+    }
 
 
 def _validated(

@@ -42,3 +42,14 @@ def assert_compiles_like_eager(block, inputs, wrt, mode):
         for a, b in zip(got, expected):
             assert relative_error(a, b) <= 1e-5
     assert not torch._dynamo.utils.counters["graph_break"]
+
+
+# what a training run records that depends on the machine's speed, not on its arithmetic
+TRAINING_TIMINGS = ("train_seconds", "timed_seconds", "timed_steps", "tokens_per_s",
+                    "peak_mem_mb")  # fmt: skip
+
+
+def untimed(record: dict) -> dict:
+    """A training run's record without its timings: what two runs of one configuration
+    must agree on exactly."""
+    return {k: v for k, v in record.items() if k not in TRAINING_TIMINGS}

@@ -716,6 +716,27 @@ def test_gradients_laid_out_otherwise_than_the_outputs():
         assert relative_error(g, e) <= 1e-5, name
 
 
+def test_a_backward_key_with_tuning_overrides_is_refused():
+    """A key from ``backward_key`` holds no tuning: with overrides it would launch the
+    plan of another tuning, so the launcher refuses the pair before launching."""
+    q, k, w_q, w_k, cos, sin, _ = make_case("GQA 6/2")
+    options = dict(
+        positions=None,
+        eps=1e-6,
+        interleaved=False,
+        rotary_dim=q.shape[-1],
+        weight_offset=0.0,
+    )
+    dq_out, dk_out = torch.ones_like(q), torch.ones_like(k)
+    key = qk_norm_rope.backward_key(
+        q, k, w_q, w_k, cos, sin, dq_out, dk_out, **options
+    )
+    with pytest.raises(ValueError, match="key"):
+        qk_norm_rope.qk_norm_rope_backward(
+            q, k, w_q, w_k, cos, sin, dq_out, dk_out, key=key, num_warps=2, **options
+        )
+
+
 def test_weight_gradients_stay_finite_when_eps_rounds_to_zero():
     """eps = 1e-50 is 0 in fp32: a masked row (zeros, past T or past the heads) then
     has rstd = inf. Its share of dw must not reach dw as 0 * inf = NaN."""

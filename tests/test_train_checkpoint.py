@@ -18,15 +18,8 @@ import torch
 from ropetut.training import train
 from ropetut.training.checkpoint import Paused, read_checkpoint, write_checkpoint
 
-from conftest import gpu_only
+from conftest import gpu_only, untimed
 
-TIMINGS = (
-    "train_seconds",
-    "timed_seconds",
-    "timed_steps",
-    "tokens_per_s",
-    "peak_mem_mb",
-)
 TWO = {"NoPE": (dict(rope="none"), {}), "RoPE": (dict(rope="final"), {})}
 
 
@@ -37,10 +30,6 @@ def tiny(steps=8, **train_changes):
         seed=0,
         tiny=True,
     )
-
-
-def untimed(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in TIMINGS}
 
 
 def digest(model_config, train_config) -> str:

@@ -13,25 +13,14 @@ import math
 
 import pytest
 import torch
-from conftest import gpu_only
+from conftest import gpu_only, untimed
 
 from ropetut.book.notebook import REPO
 from ropetut.runtime import pick
 from ropetut.training import train
 from ropetut.training.model import GPTConfig
 
-TIMINGS = (
-    "train_seconds",
-    "timed_seconds",
-    "timed_steps",
-    "tokens_per_s",
-    "peak_mem_mb",
-)
 GPU_REGIME = "cuda, bf16 autocast, fused AdamW, deterministic"
-
-
-def untimed(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in TIMINGS}
 
 
 def seed_regime(steps=6, **train_changes):

@@ -818,24 +818,21 @@ def qk_norm_rope_forward(
     interleaved,
     rotary_dim,
     weight_offset,
-    key=None,
     **tuning,
 ):
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D); any strides; q_out may be q
     (and k_out k): in place. w_q, w_k: (D,). cos, sin: (n_positions, rotary_dim/2),
-    contiguous. positions: None or (B, T) integers. key: this call's ``launch_key``,
-    when the caller has it. tuning: overrides of ``FORWARD``'s fields. Returns (q_out,
-    k_out)."""
+    contiguous. positions: None or (B, T) integers. tuning: overrides of ``FORWARD``'s
+    fields. Returns (q_out, k_out)."""
     w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
     if q.shape[0] * q.shape[1] == 0:
         return q_out, k_out
     kernel = qk_norm_rope_fwd_kernel
-    if key is None:
-        key = launch_key(
-            kernel, q, k, q_out, k_out, w_q, w_k, cos, sin, positions, eps=eps,
-            interleaved=interleaved, rotary_dim=rotary_dim,
-            weight_offset=weight_offset, tuning=tuning,
-        )  # fmt: skip
+    key = launch_key(
+        kernel, q, k, q_out, k_out, w_q, w_k, cos, sin, positions, eps=eps,
+        interleaved=interleaved, rotary_dim=rotary_dim, weight_offset=weight_offset,
+        tuning=tuning,
+    )  # fmt: skip
     plan = kept_plan(
         kernel,
         key,
@@ -869,9 +866,11 @@ def qk_norm_rope_backward(
 ):
     """The gradients of ``qk_norm_rope_forward`` (out of place) for output gradients
     dq_out, dk_out (any strides). q, k: the forward's inputs. key: this call's
-    ``launch_key`` (``backward_key`` computes it ahead). tuning: overrides of
-    ``BACKWARD``'s fields. Returns (dq, dk, dw_q, dw_k): dq, dk laid out like q and k,
-    dw_q and dw_k in the weights' dtypes."""
+    ``launch_key`` (``backward_key`` computes it ahead), which holds no tuning: give
+    one or the other. tuning: overrides of ``BACKWARD``'s fields. Returns (dq, dk,
+    dw_q, dw_k): dq, dk laid out like q and k, dw_q and dw_k in the weights' dtypes."""
+    if key is not None and tuning:
+        raise ValueError(f"key: computed without tuning, but tuning {tuning} was given")
     w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
     dq, dk = torch.empty_like(q), torch.empty_like(k)
     B, T, _, D = q.shape
