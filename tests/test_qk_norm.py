@@ -130,6 +130,20 @@ def _grads_of(fn, inputs, grads_out):
     return torch.autograd.grad(fn(*inputs), inputs, grads_out)
 
 
+def _reference_grads(inputs, grads_out, cos, sin, opts):
+    """(dq, dk, dw_q, dw_k) of the fp64 reference at inputs (q, k, w_q, w_k), for
+    output gradients grads_out."""
+    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    return _grads_of(
+        lambda q, k, w_q, w_k: (
+            reference(q, w_q, cos, sin, opts),
+            reference(k, w_k, cos, sin, opts),
+        ),
+        ref_inputs,
+        tuple(g.double() for g in grads_out),
+    )
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_backward_matches_reference(case):
     """dq, dk, dw_q, dw_k in fp32 against autograd through the fp64 reference."""
@@ -143,15 +157,7 @@ def test_backward_matches_reference(case):
         inputs,
         (dq_out, dk_out),
     )
-    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
-    expected = _grads_of(
-        lambda q, k, w_q, w_k: (
-            reference(q, w_q, cos, sin, opts),
-            reference(k, w_k, cos, sin, opts),
-        ),
-        ref_inputs,
-        (dq_out.double(), dk_out.double()),
-    )
+    expected = _reference_grads(inputs, (dq_out, dk_out), cos, sin, opts)
     for name, g, e in zip(("dq", "dk", "dw_q", "dw_k"), got, expected):
         assert g.dtype == torch.float32, name
         assert relative_error(g, e) <= 1e-5, name
@@ -605,15 +611,7 @@ def test_bf16_forward_and_backward(case):
     got = _grads_of(
         lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin, **opts), inputs, grads_out
     )
-    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
-    expected = _grads_of(
-        lambda q, k, w_q, w_k: (
-            reference(q, w_q, cos, sin, opts),
-            reference(k, w_k, cos, sin, opts),
-        ),
-        ref_inputs,
-        tuple(g.double() for g in grads_out),
-    )
+    expected = _reference_grads(inputs, grads_out, cos, sin, opts)
     for g, e in zip(got, expected):
         assert relative_error(g, e) <= 2e-2
 
@@ -703,15 +701,7 @@ def test_gradients_laid_out_otherwise_than_the_outputs():
     got = _grads_of(
         lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin), inputs, grads_out
     )
-    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
-    expected = _grads_of(
-        lambda q, k, w_q, w_k: (
-            reference(q, w_q, cos, sin, opts),
-            reference(k, w_k, cos, sin, opts),
-        ),
-        ref_inputs,
-        [g.double() for g in grads_out],
-    )
+    expected = _reference_grads(inputs, grads_out, cos, sin, opts)
     for name, g, e in zip(NAMES[2:], got, expected):
         assert relative_error(g, e) <= 1e-5, name
 
