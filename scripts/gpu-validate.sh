@@ -5,7 +5,7 @@
 #   nbval     strict pytest --nbval over the executed chapters
 #   tests     the whole test suite, GPU tests included; its summary line, with the commit
 #             ($ROPETUT_COMMIT in a copy without .git), torch and triton, goes to
-#             results/gpu_tests_h100.txt (one line per Triton version; copied to $OUT)
+#             results/gpu_tests_h100.txt (one line per GPU and Triton version; to $OUT)
 #   bench     python -m ropetut bench --quick -> results/bench_h100.json, then
 #             scripts/draw_headline.py draws book/_static/headline.png from that JSON
 #   probe     scripts/probe_tiles.py -> results/probe_h100.txt (tile sizes and warps against Liger)
@@ -141,7 +141,7 @@ nbval_parallel() {
 }
 ROPETUT_LEDGER_DIR="$(mktemp -d)" step nbval nbval_parallel
 # suite: the whole test suite, every module collected (-rs lists each skip's reason), then
-# its summary line into results/gpu_tests_h100.txt, replacing that Triton version's line
+# its summary line into results/gpu_tests_h100.txt, replacing the line of the same GPU and Triton version
 suite() {
   local log versions status=0
   log=$(mktemp)
@@ -161,11 +161,13 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
   local line="$versions | $(date -u +%Y-%m-%d) | $summary"
   local record=results/gpu_tests_h100.txt
   mkdir -p results && touch "$record"
-  local triton_field=${versions##*| }
-  {   # comments, then this run (the latest first), then the other versions' lines
+  local triton_field=${versions##*| } gpu_field
+  gpu_field=$(cut -d'|' -f2 <<< "$versions" | xargs)
+  {   # comments, then this run (the latest first), then other GPUs' and versions' lines
     grep '^#' "$record" || true
     echo "$line"
-    grep -v '^#' "$record" | grep -v -F "| $triton_field |" || true
+    grep -v '^#' "$record" | awk -F' [|] ' -v gpu="$gpu_field" -v tri="$triton_field" \
+      '!($2 == gpu && $4 == tri)' || true
   } > "$record.new"
   mv "$record.new" "$record"
   [[ -z "${OUT:-}" ]] || cp "$record" "$OUT/"
