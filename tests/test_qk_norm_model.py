@@ -200,10 +200,14 @@ def test_cli_bench_qk_norm_builds_its_rows_on_tiny_shapes(monkeypatch, tmp_path)
         assert row["error"] is None, row
         assert row["provider"] in built
         assert row["pct_floor"] == (100.0 if row["provider"] == bench.COPY else 50.0)
+        assert row["host_paced"] is False  # the stand-in timers: eager = graphed
         # the fused kernel's own floor: 2U fwd, 5U fwd+bwd (1.25 copies of 4U)
         byte_floor = 1.25 if row["mode"] == "fwd+bwd" else 1.0
-        assert row["pct_byte_floor"] == row["pct_floor"] * byte_floor
-        assert row["graph_pct_byte_floor"] == row["graph_pct_floor"] * byte_floor
+        if row["provider"] == bench.COPY:
+            assert row["pct_byte_floor"] is row["graph_pct_byte_floor"] is None
+        else:
+            assert row["pct_byte_floor"] == row["pct_floor"] * byte_floor
+            assert row["graph_pct_byte_floor"] == row["graph_pct_floor"] * byte_floor
     host = written["host"]
     assert [(r["provider"], r["mode"]) for r in host] == [
         (p, m) for m in bench.MODES for p in bench_qk_norm.HOST_PROVIDERS
@@ -213,6 +217,30 @@ def test_cli_bench_qk_norm_builds_its_rows_on_tiny_shapes(monkeypatch, tmp_path)
             assert r["host_us"] is None and "liger_kernel" in r["error"]
         else:
             assert r["host_us"] == 2.0 and r["error"] is None
+
+
+def test_a_host_row_provider_that_raises_gets_its_error_and_the_rest_run(
+    monkeypatch,
+):
+    """host_rows: a provider whose step raises gets a row with the error; the others
+    are timed."""
+    monkeypatch.setattr(bench_qk_norm, "on_gpu", lambda: True)
+    monkeypatch.setattr(bench, "host_us", host_once)
+    make = bench_qk_norm.make_provider
+
+    def breaks_fused_op(name, shape):
+        if name == bench_qk_norm.FUSED_OP:
+            raise RuntimeError("no such operator")
+        return make(name, shape)
+
+    monkeypatch.setattr(bench_qk_norm, "make_provider", breaks_fused_op)
+    shape = bench.Shape(2, 5, 4, 2, 16, dtype=torch.float32)
+    providers = (bench_qk_norm.FUSED, bench_qk_norm.FUSED_OP)
+    rows = bench_qk_norm.host_rows(providers, ("fwd",), shape=shape, rounds=1)
+    assert [(r["provider"], r["host_us"], r["error"]) for r in rows] == [
+        (bench_qk_norm.FUSED, 2.0, None),
+        (bench_qk_norm.FUSED_OP, None, "RuntimeError: no such operator"),
+    ]
 
 
 def test_the_fused_operator_provider_computes_what_the_eager_one_does():
@@ -230,14 +258,26 @@ def test_the_fused_operator_provider_computes_what_the_eager_one_does():
         assert torch.equal(got, expected)
 
 
-def test_model_step_script_runs_tiny(tmp_path):
-    """scripts/qk_norm_model_step.py (issue 25's model-level number) on a tiny model,
-    eagerly: a time per step for fused and unfused, the same first loss (the same
-    function from the same weights), the JSON written."""
+def _model_step_script():
     path = Path(__file__).parents[1] / "scripts" / "qk_norm_model_step.py"
     spec = importlib.util.spec_from_file_location("qk_norm_model_step", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_model_step_script_refuses_zero_layers(capsys):
+    """--layers 0 would time a model with no QK-norm: refused, naming the option."""
+    with pytest.raises(SystemExit):
+        _model_step_script().main(["--tiny", "--layers", "0"])
+    assert "--layers: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_model_step_script_runs_tiny(tmp_path):
+    """scripts/qk_norm_model_step.py (issue 25's model-level number) on a tiny model,
+    eagerly: a time per step for fused and unfused, the same first loss (the same
+    function from the same weights), the JSON written."""
+    script = _model_step_script()
     out = tmp_path / "model.json"
     argv = ["--tiny", "--modes", "eager", "--rounds", "1", "--json", str(out)]
     assert script.main(argv) == 0

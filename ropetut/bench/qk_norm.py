@@ -13,10 +13,14 @@ and w_k):
 Two floors, with U the bytes of q and k: ``pct_floor`` is the copy's (2U fwd, 4U
 fwd+bwd, as ``python -m ropetut bench`` counts RoPE's); ``pct_byte_floor`` is the fused
 kernel's own: 2U fwd (q and k read and written once), 5U fwd+bwd (the backward reads x
-and dy and writes dx, 3U), timed as 1.25 copies. The unfused pair moves at least 9U
-fwd+bwd. Then host rows (``host_rows``): host microseconds per call on
-``bench.HOST_SHAPE``, where the GPU waits for the host, for ``fused`` called eagerly,
-``fused (torch.ops)`` (its registered operator, through the dispatcher) and ``liger``.
+and dy and writes dx, 3U), timed as 1.25 copies (the copy's row has none). The unfused
+pair moves at least 9U fwd+bwd. ``gbps`` is the copy's bytes over the time, as
+``bench`` counts it: a rate to compare providers by, not what each one moves. An eager
+row with ``host_paced`` took over ``HOST_PACED`` times its graphed time: the host, not
+the GPU, set its pace, and its percentages measure the host. Then host rows
+(``host_rows``): host microseconds per call on ``bench.HOST_SHAPE``, where the GPU
+waits for the host, for ``fused`` called eagerly, ``fused (torch.ops)`` (its registered
+operator, through the dispatcher) and ``liger``.
 
 Inputs are laid out as Hugging Face's Qwen3 makes them: the projection viewed as
 (B, T, H, D), normalised there, and handed to RoPE as (B, H, T, D) views. The timers,
@@ -45,6 +49,7 @@ HOST_PROVIDERS = (FUSED, FUSED_OP, LIGER)
 NO_LIGER = "liger_kernel does not import (pip install liger-kernel)"
 # the fused kernel's bytes over the copy's: fwd 2U / 2U, fwd+bwd 5U / 4U
 BYTE_FLOOR_OVER_COPY = {"fwd": 1.0, "fwd+bwd": 1.25}
+HOST_PACED = 1.1  # eager ms over graphed ms above which the host set the pace
 # What a provider writes into, of q, k, gq, gk (bench.check_untouched): the backward
 # of Liger's RoPE writes dq, dk into gq, gk, and its RMSNorm's writes dx into dy,
 # there too.
@@ -157,6 +162,7 @@ def measure(name, shape, mode, floor_ms, graph_floor_ms):
         graph_vs_liger=None,
         pct_byte_floor=None,
         graph_pct_byte_floor=None,
+        host_paced=None,
         peak_mem_mb=None,
         error=None,
     )
@@ -178,12 +184,15 @@ def measure(name, shape, mode, floor_ms, graph_floor_ms):
             pct_floor=floor_ms / ms * 100,
             graph_ms=graphed,
             graph_pct_floor=graph_floor_ms / graphed * 100,
-            pct_byte_floor=floor_ms * BYTE_FLOOR_OVER_COPY[mode] / ms * 100,
-            graph_pct_byte_floor=graph_floor_ms * BYTE_FLOOR_OVER_COPY[mode]
-            / graphed
-            * 100,
+            host_paced=ms > HOST_PACED * graphed,
             peak_mem_mb=bench.peak_mem_mb(fn, inputs()),
         )
+        if name != bench.COPY:  # the fused kernel's floor, 1.25 copies fwd+bwd
+            over_copy = BYTE_FLOOR_OVER_COPY[mode]
+            row.update(
+                pct_byte_floor=floor_ms * over_copy / ms * 100,
+                graph_pct_byte_floor=graph_floor_ms * over_copy / graphed * 100,
+            )
     except Exception as e:  # one failing peer must not end the benchmark
         row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
     return row
@@ -223,27 +232,33 @@ def host_rows(
     """Host microseconds per call of each provider on a shape so small that the GPU
     waits for the host, fwd and fwd+bwd (the weights' gradients too), and the ratio to
     Liger's; as ``bench.host_rows``: providers take turns, ``rounds`` rounds of one
-    timed loop each, a provider's figure its median round. Liger, where it does
-    not import, gets a row with the reason. Returns the rows, or None without a GPU."""
+    timed loop each, a provider's figure its median round. A provider that does not
+    import (Liger) or raises gets a row with the reason instead. Returns the rows, or
+    None without a GPU."""
     if not on_gpu():
         print(NO_GPU)
         return None
     rows = []
     for mode in modes:
-        steps, inputs = {}, {}
+        steps, inputs, errors = {}, {}, {}
         for name in providers:
             if name == LIGER and liger_pair() is None:
+                errors[name] = NO_LIGER
                 continue
-            fn, weights = make_provider(name, shape)
-            steps[name] = training_step(fn, weights) if mode == "fwd+bwd" else fn
-            inputs[name] = bench.make_inputs(shape, mode)  # its own: Liger writes
-            mutates = MUTATES.get(name, ())
-            w_q, w_k = weights
-            bench.check_untouched(
-                name, steps[name], inputs[name], mutates, w_q=w_q, w_k=w_k
-            )
-            for _ in range(20):  # warm up: compile, fill the launch caches
-                steps[name](*inputs[name])
+            try:
+                fn, weights = make_provider(name, shape)
+                step = training_step(fn, weights) if mode == "fwd+bwd" else fn
+                inputs[name] = bench.make_inputs(shape, mode)  # its own: Liger writes
+                w_q, w_k = weights
+                mutates = MUTATES.get(name, ())
+                bench.check_untouched(
+                    name, step, inputs[name], mutates, w_q=w_q, w_k=w_k
+                )
+                for _ in range(20):  # warm up: compile, fill the launch caches
+                    step(*inputs[name])
+                steps[name] = step
+            except Exception as e:  # one failing provider must not end the rows
+                errors[name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
         times = {name: [] for name in steps}
         for _ in range(rounds):
             for name, step in steps.items():
@@ -253,7 +268,7 @@ def host_rows(
                 median = sorted(times[name])[rounds // 2]
                 rows.append(_host_row(name, mode, shape, host_us=median))
             else:
-                rows.append(_host_row(name, mode, shape, error=NO_LIGER))
+                rows.append(_host_row(name, mode, shape, error=errors[name]))
     liger = {r["mode"]: r["host_us"] for r in rows if r["provider"] == LIGER}
     for r in rows:
         if r["host_us"] and liger.get(r["mode"]):
@@ -299,15 +314,16 @@ def main(argv=None) -> int:
     rows = run()
     if rows is None:
         return 0
+
+    def write(host):
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            result = {"environment": bench.environment(), "rows": rows, "host": host}
+            Path(args.json).write_text(json.dumps(result, indent=1))
+
+    write(None)  # the rows are kept even if the host rows fail
     host = None if args.no_host else host_rows()
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(
-            json.dumps(
-                {"environment": bench.environment(), "rows": rows, "host": host},
-                indent=1,
-            )
-        )
+    write(host)
     bench.print_table(rows)
     print()
     print(format_byte_floor_table(rows))
