@@ -8,7 +8,7 @@ from conftest import assert_compiles_like_eager, gpu_only, randn, tables
 import ropetut
 from ropetut import bench
 from ropetut.bench import qk_norm as bench_qk_norm
-from ropetut.check import TOLERANCE, relative_error
+from ropetut.check import GRAD_TOLERANCE, TOLERANCE, relative_error
 from ropetut.kernels import launch, qk_norm_rope, qk_norm_rope_v1
 from ropetut.kernels.qk_norm_rope import _fp32_pair, qk_norm_rope_forward
 from ropetut.qk_norm_op import check_qk_norm_args
@@ -160,7 +160,7 @@ def test_backward_matches_reference(case):
     expected = _reference_grads(inputs, (dq_out, dk_out), cos, sin, opts)
     for name, g, e in zip(("dq", "dk", "dw_q", "dw_k"), got, expected):
         assert g.dtype == torch.float32, name
-        assert relative_error(g, e) <= 1e-5, name
+        assert relative_error(g, e) <= GRAD_TOLERANCE[g.dtype], name
 
 
 def test_strided_weights_forward_and_backward():
@@ -187,7 +187,7 @@ def test_strided_weights_forward_and_backward():
     ref, expected = grads(*doubles, fused=False)
     assert relative_error(out, ref) <= TOLERANCE[torch.float32]
     for name, g, e in zip(("dq", "dk", "dw_q", "dw_k"), got, expected):
-        assert relative_error(g, e) <= 1e-5, name
+        assert relative_error(g, e) <= GRAD_TOLERANCE[g.dtype], name
 
 
 @pytest.mark.parametrize(
@@ -256,6 +256,14 @@ def launch_straight(kernels, case, **tuning):
 
 
 NAMES = ("q_out", "k_out", "dq", "dk", "dw_q", "dw_k")
+
+
+def bound(name, tensor):
+    """The tolerance for one of NAMES: TOLERANCE for the outputs, GRAD_TOLERANCE for
+    the gradients, each by the tensor's own dtype."""
+    return (TOLERANCE if name.endswith("_out") else GRAD_TOLERANCE)[tensor.dtype]
+
+
 STRAIGHT_CASES = [
     "default",
     "odd shape D=96, H=3, T=17",
@@ -272,7 +280,7 @@ def test_first_version_matches_reference(case):
     """qk_norm_rope_v1.py, kept for the chapter, still computes the same thing."""
     got, expected = launch_straight(qk_norm_rope_v1, case)
     for name, g, e in zip(NAMES, got, expected):
-        assert relative_error(g, e) <= 1e-5, name
+        assert relative_error(g, e) <= bound(name, g), name
 
 
 # Tunings that give units of several tokens and one head (prefill), of one token and
@@ -293,7 +301,7 @@ def test_tunings_match_reference(case, tuning):
     """The launchers' overrides change the tiles and the grid, not the result."""
     got, expected = launch_straight(qk_norm_rope, case, **TUNINGS[tuning])
     for name, g, e in zip(NAMES, got, expected):
-        assert relative_error(g, e) <= 1e-5, name
+        assert relative_error(g, e) <= bound(name, g), name
 
 
 def test_tiles_take_tokens_then_heads_of_each_tensor():
@@ -324,7 +332,7 @@ def test_weight_gradients_over_many_programs_are_deterministic(monkeypatch):
     runs.append(launch_straight(qk_norm_rope, "odd shape D=96, H=3, T=17", **tuning))
     (got, expected), (again, _) = runs
     for name, g, e, a in zip(NAMES, got, expected, again):
-        assert relative_error(g, e) <= 1e-5, name
+        assert relative_error(g, e) <= bound(name, g), name
         assert torch.equal(g, a), name
 
 
@@ -587,7 +595,7 @@ def test_weight_gradient_over_a_million_rows():
         expected += dw_reference(
             q[:, rows].detach(), dq_out[:, rows], cos[rows], sin[rows]
         )
-    assert relative_error(dw_q, expected) <= 1e-5
+    assert relative_error(dw_q, expected) <= GRAD_TOLERANCE[dw_q.dtype]
 
 
 @gpu_only
@@ -612,8 +620,8 @@ def test_bf16_forward_and_backward(case):
         lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin, **opts), inputs, grads_out
     )
     expected = _reference_grads(inputs, grads_out, cos, sin, opts)
-    for g, e in zip(got, expected):
-        assert relative_error(g, e) <= 2e-2
+    for g, e in zip(got, expected):  # dq, dk in bf16; dw_q, dw_k in fp32
+        assert relative_error(g, e) <= GRAD_TOLERANCE[g.dtype]
 
 
 @pytest.mark.parametrize("name", ["fused", "liger", "torch eager"])
@@ -703,7 +711,7 @@ def test_gradients_laid_out_otherwise_than_the_outputs():
     )
     expected = _reference_grads(inputs, grads_out, cos, sin, opts)
     for name, g, e in zip(NAMES[2:], got, expected):
-        assert relative_error(g, e) <= 1e-5, name
+        assert relative_error(g, e) <= GRAD_TOLERANCE[g.dtype], name
 
 
 def test_a_backward_key_with_tuning_overrides_is_refused():
@@ -740,54 +748,6 @@ def test_weight_gradients_stay_finite_when_eps_rounds_to_zero():
     )
     for name, g in zip(NAMES[2:], got):
         assert g.isfinite().all(), name
-
-
-class StandInKernel:
-    """A JIT kernel's stand-in: ``kernel[grid](...)`` records the call and returns a
-    compiled kernel whose launcher records its calls."""
-
-    function = packed_metadata = None
-
-    def __init__(self):
-        self.jit_calls, self.direct_calls = [], []
-
-    def __getitem__(self, grid):
-        def jit(*args, num_warps):
-            self.jit_calls.append(args)
-            return self
-
-        return jit
-
-    def run(self, *args):
-        self.direct_calls.append(args)
-
-
-@pytest.mark.parametrize("matches", [True, False])
-def test_cached_launches_skip_the_jit_unless_a_pointer_is_misaligned(
-    monkeypatch, matches
-):
-    """The second launch under a key goes straight to the compiled kernel, with the
-    grid, the stream, the pointers and the plan's arguments; a view 4 bytes off 16-byte
-    alignment goes through the JIT every time, and so does every launch where the
-    installed Triton's launch call differs from ours. (Nothing compiles under the
-    interpreter: a stand-in compiled kernel shows which path a launch took.)"""
-    monkeypatch.setattr(launch, "direct_launch_matches", lambda: matches)
-    monkeypatch.setattr(launch, "_COMPILED", {})
-    monkeypatch.setattr(
-        torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False
-    )
-    kernel, plan = StandInKernel(), launch.Plan((2, 1, 1), (5, True), 4)
-    x = torch.zeros(64)
-    for _ in range(2):
-        launch.launch(kernel, "key", plan, (x,))
-    assert len(kernel.jit_calls) == (1 if matches else 2)
-    if matches:
-        launched = (2, 1, 1, 7, None, None, None, None, None, x, 5, True)
-        assert kernel.direct_calls == [launched]
-    for _ in range(2):
-        launch.launch(kernel, "key", plan, (x[1:],))
-    assert len(kernel.jit_calls) == (3 if matches else 4)
-    assert len(kernel.direct_calls) == (1 if matches else 0)
 
 
 @gpu_only

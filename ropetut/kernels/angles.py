@@ -259,14 +259,15 @@ def rope_angles(
     pos = q if positions is None else positions  # a placeholder pointer, never read
     pointers = (q, kk, q_out, kk_out, words, pos)
     in_place = q_out.data_ptr() == q.data_ptr()
-    # everything the plan is computed from (``launch.kept_plan``)
+    # everything the plan is computed from (``launch.kept_plan``), the tile and warps
+    # too: read on every call, so that a sweep that assigns them gets plans of its own
     key = (
         q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
         None if k is None
         else (k.shape, k.stride(), k_out.stride(), k.dtype, k_out.dtype),
         words.dtype,
         None if positions is None else (positions.stride(), positions.dtype),
-        R, interleaved, backward, in_place,
+        R, interleaved, backward, in_place, PAIRS_PER_TILE, NUM_WARPS,
     )  # fmt: skip
     plan = kept_plan(
         rope_angles_kernel,

@@ -15,7 +15,10 @@ is the same cache for the other kernels (``angles``, ``qk_norm_rope``), in two p
   launcher. The compiled kernel also depends on each pointer's 16-byte alignment, which
   the key does not hold: a launch with a misaligned pointer (rare: a view at an odd
   offset) goes through ``kernel[grid](...)`` every time, and one with all pointers
-  aligned uses only a kernel compiled for aligned pointers.
+  aligned uses only a kernel compiled for aligned pointers. The kept kernel is loaded
+  on the GPU it was compiled for: a launch while another GPU is current (tensors on
+  cuda:1, ``torch.cuda.current_device()`` 0) goes through ``kernel[grid](...)``, which
+  launches on the current GPU as Triton always does.
 
 What the direct launch skips: Triton's launch hooks (profilers such as Proton see no
 cached launch). It calls Triton's private launcher interface, so it is used only where
@@ -79,6 +82,9 @@ def launch(kernel, key, plan: Plan, pointers) -> None:
             _COMPILED[kernel, key] = (compiled, pointers[0].get_device())
         return
     compiled, device = kept
+    if device != torch._C._cuda_getDevice():  # another GPU is current: see above
+        kernel[plan.grid](*pointers, *plan.args, num_warps=plan.num_warps)
+        return
     # What ``kernel[grid](...)`` does, without its Python wrapper: no launch hooks
     compiled.run(
         *plan.grid,

@@ -717,7 +717,9 @@ def launch_key(
     (``launch.py``): kernel (forward or backward), the shapes, strides and dtypes of q,
     k, a and b (q_out, k_out forward; dq_out, dk_out backward), the weights' dtypes
     (they are read contiguous), the tables', positions', the device, the SMs, the
-    options, eps and weight_offset, and the tuning overrides (a dict)."""
+    options, eps and weight_offset, and the launch's ``Tuning``: the module's
+    ``FORWARD`` or ``BACKWARD`` with any overrides, read on every call, so that a
+    sweep that assigns those names gets plans of its own."""
     return (
         kernel,
         q.shape,
@@ -744,7 +746,7 @@ def launch_key(
         weight_offset,
         interleaved,
         rotary_dim,
-        tuple(sorted(tuning.items())),
+        tuning,
     )
 
 
@@ -828,6 +830,7 @@ def qk_norm_rope_forward(
     if q.shape[0] * q.shape[1] == 0:
         return q_out, k_out
     kernel = qk_norm_rope_fwd_kernel
+    tuning = FORWARD._replace(**tuning) if tuning else FORWARD
     key = launch_key(
         kernel, q, k, q_out, k_out, w_q, w_k, cos, sin, positions, eps=eps,
         interleaved=interleaved, rotary_dim=rotary_dim, weight_offset=weight_offset,
@@ -838,7 +841,7 @@ def qk_norm_rope_forward(
         key,
         lambda: _plan(
             q, k, (q_out, k_out), cos, positions, rotary_dim, interleaved, eps,
-            weight_offset, FORWARD._replace(**tuning),
+            weight_offset, tuning,
         ),  # fmt: skip
     )
     pos = q if positions is None else positions  # a placeholder pointer, never read
@@ -866,11 +869,12 @@ def qk_norm_rope_backward(
 ):
     """The gradients of ``qk_norm_rope_forward`` (out of place) for output gradients
     dq_out, dk_out (any strides). q, k: the forward's inputs. key: this call's
-    ``launch_key`` (``backward_key`` computes it ahead), which holds no tuning: give
-    one or the other. tuning: overrides of ``BACKWARD``'s fields. Returns (dq, dk,
+    ``launch_key`` (``backward_key`` computes it ahead, with ``BACKWARD`` as it is
+    then): give a key or tuning, not both. tuning: overrides of ``BACKWARD``'s
+    fields. Returns (dq, dk,
     dw_q, dw_k): dq, dk laid out like q and k, dw_q and dw_k in the weights' dtypes."""
     if key is not None and tuning:
-        raise ValueError(f"key: computed without tuning, but tuning {tuning} was given")
+        raise ValueError(f"key: holds its own Tuning, but tuning {tuning} was given")
     w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
     dq, dk = torch.empty_like(q), torch.empty_like(k)
     B, T, _, D = q.shape
@@ -886,9 +890,10 @@ def qk_norm_rope_backward(
     plan = kept_plan(
         kernel,
         key,
+        # the key's last field is the Tuning it was computed with
         lambda: _plan(
             q, k, (dq_out, dk_out, dq, dk), cos, positions, rotary_dim, interleaved,
-            eps, weight_offset, BACKWARD._replace(**tuning),
+            eps, weight_offset, key[-1],
         ),  # fmt: skip
     )
     # one row of dw a program (fp32; fp64 for fp64), summed here: q's rows, then k's
@@ -913,5 +918,6 @@ def backward_key(
     return launch_key(
         qk_norm_rope_bwd_kernel, q, k, dq_out, dk_out, w_q, w_k, cos, sin, positions,
         eps=eps, interleaved=interleaved, rotary_dim=rotary_dim,
-        weight_offset=weight_offset, tuning=tuning or {},
+        weight_offset=weight_offset,
+        tuning=BACKWARD._replace(**tuning) if tuning else BACKWARD,
     )  # fmt: skip
