@@ -1,0 +1,86 @@
+"""The study's verdicts: each comparison of the committed margins file, read from the
+stored runs (issue 27, item 4).
+
+``results/training_h100_margins.json`` lists the comparisons (configurations ``a`` and
+``b`` of one study, a measure, a margin by name) and the rule, committed before the
+study's first run. ``comparison_verdicts(runs, margins)`` applies that rule to every
+comparison whose two configurations have runs: the paired interval and verdict of
+``stats.verdict``, and for a comparison with the seed's own gap the unit-free one. A
+comparison whose runs are missing, or whose two configurations do not share their
+seeds, is left out: ``missing`` says which. Nothing here trains.
+"""
+
+import math
+
+from . import stats
+
+# the seed's gap counts as come back when our interval overlaps [gap / 2, 2 x gap]
+SEED_GAP_FACTOR = 2.0
+
+
+def value_of(run: dict, name: str) -> float:
+    """A run's value of one of the margins file's measures."""
+    if name == "val_loss":
+        return run["final"]["loss"]
+    if name == "log_seconds_per_step":
+        return math.log(run["timed_seconds"] / run["timed_steps"])
+    raise ValueError(f"measure: unknown {name!r}")
+
+
+def by_seed(runs: list, name: str, measure_name: str) -> dict:
+    """{seed: value} of configuration ``name``, from whichever study ran it (the
+    confounds compare their runs with plot_twist's); ValueError if a seed repeats."""
+    values = {}
+    for run in runs:
+        if run["name"] == name:
+            seed = run["train"]["seed"]
+            if seed in values:
+                raise ValueError(f"runs: {name!r} holds seed {seed} twice")
+            values[seed] = value_of(run, measure_name)
+    return values
+
+
+def one_device(runs: list) -> str:
+    """The GPU (or CPU) every run ran on; ValueError if they ran on more than one: a
+    paired comparison across devices compares devices too."""
+    devices = {run["environment"]["device"] for run in runs}
+    if len(devices) != 1:
+        raise ValueError(f"runs: from {len(devices)} devices, {sorted(devices)}")
+    return devices.pop()
+
+
+def seed_gap(a: dict, b: dict, seed_relative_gap: float) -> dict:
+    """The unit-free comparison with the seed: (b - a) / a seed by seed, its mean and
+    95 % t interval, and where that interval lies against the seed's gap."""
+    gaps = {seed: (b[seed] - a[seed]) / a[seed] for seed in a}
+    zeros = dict.fromkeys(gaps, 0.0)
+    interval = stats.paired_difference(zeros, gaps)
+    low, high = seed_relative_gap / SEED_GAP_FACTOR, seed_relative_gap * SEED_GAP_FACTOR
+    if interval["high"] < low:
+        word = "smaller"
+    elif interval["low"] > high:
+        word = "larger"
+    else:
+        word = "come back"
+    return {"seed": seed_relative_gap, "ours": interval, "verdict": word}
+
+
+def comparison_verdicts(runs: list, margins: dict) -> tuple[list, list]:
+    """(rows, missing): a row per comparison with runs of both configurations on the
+    same seeds, in the margins file's order; the ids of the others. Every run must
+    come from one device."""
+    one_device(runs)
+    rows, missing = [], []
+    alpha = margins["rule"]["alpha"]
+    for c in margins["comparisons"]:
+        a = by_seed(runs, c["a"], c["measure"])
+        b = by_seed(runs, c["b"], c["measure"])
+        if not a or a.keys() != b.keys() or len(a) < 2:
+            missing.append(c["id"])
+            continue
+        margin = margins["margins"][c["margin"]]["margin"]
+        row = dict(c, seeds=len(a), **stats.verdict(a, b, margin, alpha))
+        if "seed_relative_gap" in c:
+            row["seed_gap"] = seed_gap(a, b, c["seed_relative_gap"])
+        rows.append(row)
+    return rows, missing
