@@ -12,13 +12,18 @@
 #   env       results/ENVIRONMENT.md: where those outputs came from
 #   fresh     scripts/check_fresh_outputs.py: no chapter's sources changed after the run that
 #             made its stored outputs (needs the git history; it fails, not passes, without it)
-# and three that run only when asked for in STEPS:
+# and four that run only when asked for in STEPS:
 #   host      scripts/host_before_after.py $BASELINE: host time per call, an older ropetut/ in
 #             $BASELINE against this one, taking turns (git archive <ref> ropetut | tar -x -C DIR)
 #   triton371 the test suite again under Triton 3.7.1 (requirements.txt's pin), staged into
 #             /tmp/triton371 by scripts/triton-install.sh (four calls, see there). The machine's
 #             torch 2.11 is built for Triton 3.6, so torch.compile tests may fail there for
 #             reasons outside ropetut: compare with the tests step's counts.
+#   study     issue 27's training runs (results/training_h100/STUDY_PLAN.md): STUDIES (e.g.
+#             "budget") and SEEDS (default "0 1 2 3 4") trained into /tmp/study beside the
+#             committed results/training_h100/study/*.json, which the runner skips, for at
+#             most STUDY_SECONDS (default 520); the new runs come back as $OUT/study.tgz:
+#             unpack it into results/training_h100/study/, then scripts/study_verdicts.py
 #   hf        scripts/hf_step_time.py -> results/hf_dropin_<h100|h200>.json (to $OUT): the
 #             Hugging Face drop-in against unpatched transformers and Liger on 8B-like stacks;
 #             installs .hf-wheels/ (scripts/hf-wheels.sh: transformers) into /tmp/site first,
@@ -175,6 +180,21 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
   return $status
 }
 step tests suite
+study() {
+  local end=$((SECONDS + ${STUDY_SECONDS:-520})) left name
+  mkdir -p /tmp/study
+  cp -n results/training_h100/study/*.json /tmp/study/ 2>/dev/null || true
+  for name in ${STUDIES:?set STUDIES, e.g. STUDIES=budget}; do
+    left=$((end - SECONDS))
+    (( left > 30 )) || break
+    # shellcheck disable=SC2086
+    python3 -m ropetut train --study "$name" --seeds ${SEEDS:-0 1 2 3 4} --out /tmp/study \
+      --max-minutes "$(python3 -c "print($left / 60)")" || return 1
+  done
+  [[ -z "${OUT:-}" ]] || (cd /tmp/study &&
+    tar -czf "$OUT/study.tgz" --exclude='*.ckpt' --exclude='*.claim' -- *.json)
+}
+step study study
 step host python3 scripts/host_before_after.py "${BASELINE:-.baseline}"
 hf_dropin() {
   local status=0 json gpu
