@@ -22,8 +22,10 @@
 #   study     issue 27's training runs (results/training_h100/STUDY_PLAN.md): STUDIES (e.g.
 #             "budget") and SEEDS (default "0 1 2 3 4") trained into /tmp/study beside the
 #             committed results/training_h100/study/*.json, which the runner skips, for at
-#             most STUDY_SECONDS (default 520); the new runs come back as $OUT/study.tgz:
-#             unpack it into results/training_h100/study/, then scripts/study_verdicts.py
+#             most STUDY_SECONDS (default 520); every run there, old and new, comes back as
+#             $OUT/study.tgz: unpack it into results/training_h100/study/, then run
+#             scripts/study_verdicts.py. A study stopped by the time (the runner says how
+#             many runs are left) is simply called again
 #   hf        scripts/hf_step_time.py -> results/hf_dropin_<h100|h200>.json (to $OUT): the
 #             Hugging Face drop-in against unpatched transformers and Liger on 8B-like stacks;
 #             installs .hf-wheels/ (scripts/hf-wheels.sh: transformers) into /tmp/site first,
@@ -60,7 +62,7 @@ PYTHONPATH="$PWD:$PYTHONPATH"
 # Stored outputs and the suite's record name the commit that ran (ropetut.book.provenance).
 # The device tool copies the working tree beside the .git of the session's start, so there
 # git's HEAD can be an older commit than the tree: name the tree's commit in ROPETUT_COMMIT.
-if [[ -z "${ROPETUT_COMMIT:-}" && " $STEPS " =~ \ (chapters|tests)\  ]] \
+if [[ -z "${ROPETUT_COMMIT:-}" && " $STEPS " =~ \ (chapters|tests|study)\  ]] \
    && [[ -n "$(git status --porcelain -- ropetut chapters tests 2>/dev/null)" ]]; then
   echo "gpu-validate: ropetut/, chapters/ or tests/ differ from git's HEAD" \
        "($(git rev-parse --short=10 HEAD 2>/dev/null || echo none)): set ROPETUT_COMMIT to" \
@@ -182,17 +184,24 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
 step tests suite
 study() {
   local end=$((SECONDS + ${STUDY_SECONDS:-520})) left name
+  if [[ -z "${STUDIES:-}" ]]; then
+    echo "study: set STUDIES, e.g. STUDIES=budget" >&2
+    return 1
+  fi
   mkdir -p /tmp/study
   cp -n results/training_h100/study/*.json /tmp/study/ 2>/dev/null || true
-  for name in ${STUDIES:?set STUDIES, e.g. STUDIES=budget}; do
+  for name in $STUDIES; do   # one study a call is the plan: see STUDY_PLAN.md
     left=$((end - SECONDS))
-    (( left > 30 )) || break
+    if (( left <= 30 )); then
+      echo "study: no time left for $name" >&2
+      return 1
+    fi
     # shellcheck disable=SC2086
     python3 -m ropetut train --study "$name" --seeds ${SEEDS:-0 1 2 3 4} --out /tmp/study \
       --max-minutes "$(python3 -c "print($left / 60)")" || return 1
+    # after each study: a call cut short still returns the runs of the ones before
+    [[ -z "${OUT:-}" ]] || (cd /tmp/study && tar -czf "$OUT/study.tgz" -- *.json)
   done
-  [[ -z "${OUT:-}" ]] || (cd /tmp/study &&
-    tar -czf "$OUT/study.tgz" --exclude='*.ckpt' --exclude='*.claim' -- *.json)
 }
 step study study
 step host python3 scripts/host_before_after.py "${BASELINE:-.baseline}"

@@ -25,7 +25,7 @@ from ropetut.training.verdicts import comparison_verdicts, one_device  # noqa: E
 def table(runs, margins) -> str:
     rows, missing = comparison_verdicts(runs, margins)
     commits = sorted({r["environment"]["ropetut commit"] for r in runs})
-    device = one_device(runs)
+    device = one_device(runs) if runs else "no device (no runs yet)"
     lines = [
         f"# Issue 27's verdicts so far ({len(runs)} runs)",
         "",

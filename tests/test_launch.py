@@ -48,8 +48,8 @@ def test_cached_launches_skip_the_jit_unless_a_pointer_is_misaligned(
     monkeypatch.setattr(
         torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False
     )
-    x = torch.zeros(64)  # a CPU tensor: get_device() is -1, the kept "GPU"
-    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    x = torch.zeros(64)
     kernel, plan = StandInKernel(), launch.Plan((2, 1, 1), (5, True), 4)
     for _ in range(2):
         launch.launch(kernel, "key", plan, (x,))
@@ -66,24 +66,25 @@ def test_cached_launches_skip_the_jit_unless_a_pointer_is_misaligned(
 def test_a_kept_kernel_launches_through_the_jit_while_another_gpu_is_current(
     monkeypatch,
 ):
-    """A kernel kept from a launch with cuda:0 current goes straight to its launcher
-    while cuda:0 is current, and through ``kernel[grid](...)`` (which launches on the
-    current GPU, as Triton does) while cuda:1 is."""
+    """A kernel is kept with the GPU current at its first launch, whatever GPU its
+    tensors are on (Triton compiles and loads it for the current one): it goes straight
+    to its launcher while that GPU is current, and through ``kernel[grid](...)`` (which
+    launches on the current GPU, as Triton does) while another is, even the tensors'."""
     monkeypatch.setattr(launch, "direct_launch_matches", lambda: True)
     monkeypatch.setattr(launch, "_COMPILED", {})
     monkeypatch.setattr(
         torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False
     )
-    x = torch.zeros(64)  # a CPU tensor: get_device() is -1, the kept "GPU"
-    current = {"device": x.get_device()}
+    current = {"device": 0}
     monkeypatch.setattr(
         torch._C, "_cuda_getDevice", lambda: current["device"], raising=False
     )
+    x = torch.zeros(64)  # stands in for a tensor on cuda:1
     kernel, plan = StandInKernel(), launch.Plan((2, 1, 1), (5,), 4)
-    launch.launch(kernel, "key", plan, (x,))  # compiles (stands in), kept
+    launch.launch(kernel, "key", plan, (x,))  # cuda:0 current: compiled (stands in)
     launch.launch(kernel, "key", plan, (x,))
     assert (len(kernel.jit_calls), len(kernel.direct_calls)) == (1, 1)
-    current["device"] = x.get_device() + 1
+    current["device"] = 1  # the tensors' GPU, not the kept kernel's
     launch.launch(kernel, "key", plan, (x,))
     assert (len(kernel.jit_calls), len(kernel.direct_calls)) == (2, 1)
 
@@ -115,8 +116,19 @@ def test_qk_norm_plans_follow_the_module_tuning(monkeypatch):
         out = (torch.empty_like(q), torch.empty_like(k))
         qk_norm_rope.qk_norm_rope_forward(q, k, w_q, w_k, cos, sin, *out, **options)
     assert len(plans) == 2 and plans[0].args != plans[1].args
+    # the backward: a key computed ahead keeps the BACKWARD of its time, even when
+    # BACKWARD is assigned before the backward launches
     key = qk_norm_rope.backward_key(q, k, w_q, w_k, cos, sin, q, k, **options)
-    assert key[-1] == qk_norm_rope.BACKWARD
+    monkeypatch.setattr(
+        qk_norm_rope, "BACKWARD", qk_norm_rope.BACKWARD._replace(pairs_per_tile=64)
+    )
+    made, make = [], qk_norm_rope._plan
+    monkeypatch.setattr(qk_norm_rope, "_plan", lambda *a: made.append(a) or make(*a))
+    dq_out, dk_out = torch.ones_like(q), torch.ones_like(k)
+    qk_norm_rope.qk_norm_rope_backward(
+        q, k, w_q, w_k, cos, sin, dq_out, dk_out, key=key, **options
+    )
+    assert made[-1][-1] == key[-1] != qk_norm_rope.BACKWARD
 
 
 def test_qk_norm_results_do_not_depend_on_the_module_tuning(monkeypatch):
@@ -132,8 +144,9 @@ def test_qk_norm_results_do_not_depend_on_the_module_tuning(monkeypatch):
         qk_norm_rope.qk_norm_rope_forward(
             q, k, w_q, w_k, cos, sin, q_out, k_out, **options
         )
-        ref = qk_norm_rope_reference(q, w_q, cos, sin)
-        assert relative_error(q_out, ref) <= TOLERANCE[torch.float32]
+        for out, x, w in ((q_out, q, w_q), (k_out, k, w_k)):
+            ref = qk_norm_rope_reference(x, w, cos, sin)
+            assert relative_error(out, ref) <= TOLERANCE[torch.float32]
 
 
 def test_angles_plans_follow_the_module_tile(monkeypatch):

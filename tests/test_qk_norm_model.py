@@ -243,6 +243,28 @@ def test_a_host_row_provider_that_raises_gets_its_error_and_the_rest_run(
     ]
 
 
+def test_a_host_row_provider_that_raises_while_timed_gets_its_error(monkeypatch):
+    """host_rows: a provider whose step raises only once timed (after its warm-up)
+    gets a row with the error; the one before it is timed."""
+    monkeypatch.setattr(bench_qk_norm, "on_gpu", lambda: True)
+    calls = []
+
+    def second_call_raises(fn, inputs):
+        calls.append(fn)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory")
+        return host_once(fn, inputs)
+
+    monkeypatch.setattr(bench, "host_us", second_call_raises)
+    shape = bench.Shape(2, 5, 4, 2, 16, dtype=torch.float32)
+    providers = (bench_qk_norm.FUSED, bench_qk_norm.FUSED_OP)
+    rows = bench_qk_norm.host_rows(providers, ("fwd",), shape=shape, rounds=1)
+    assert [(r["provider"], r["host_us"], r["error"]) for r in rows] == [
+        (bench_qk_norm.FUSED, 2.0, None),
+        (bench_qk_norm.FUSED_OP, None, "RuntimeError: out of memory"),
+    ]
+
+
 def test_the_fused_operator_provider_computes_what_the_eager_one_does():
     """``fused (torch.ops)`` (the host rows' operator) against ``fused``: outputs and
     all four gradients."""

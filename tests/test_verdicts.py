@@ -11,10 +11,11 @@ from ropetut.training import verdicts
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(name, seed, loss, device="GPU X", seconds=10.0):
+def run(name, seed, loss, device="GPU X", seconds=10.0, steps=400):
     return {
         "name": name,
-        "train": {"seed": seed},
+        "model": {"d_model": 8},
+        "train": {"seed": seed, "steps": steps},
         "final": {"loss": loss},
         "timed_seconds": seconds,
         "timed_steps": 100,
@@ -84,6 +85,30 @@ def test_runs_from_two_devices_are_refused():
 def test_a_seed_run_twice_is_refused():
     with pytest.raises(ValueError, match="seed 0 twice"):
         verdicts.comparison_verdicts(study() + [run("A", 0, 2.0)], MARGINS)
+
+
+def test_a_name_with_runs_of_two_configurations_is_refused():
+    runs = study()
+    runs[0] = run("A", 0, 2.0, steps=100)
+    with pytest.raises(ValueError, match="2 configurations"):
+        verdicts.comparison_verdicts(runs, MARGINS)
+
+
+def test_fewer_seeds_than_the_rule_asks_leave_a_comparison_waiting():
+    """The rule: 5 seeds in the 400-step studies, 3 in the seed's regime."""
+    three = study(noise=(0.001, -0.002, 0.0015))
+    _, missing = verdicts.comparison_verdicts(three, MARGINS)
+    assert missing == ["gap", "same", "speed", "unrun"]
+    comparisons = [dict(c, study="seed_regime") for c in MARGINS["comparisons"]]
+    seed_regime = dict(MARGINS, comparisons=comparisons)
+    rows, missing = verdicts.comparison_verdicts(three, seed_regime)
+    assert [r["id"] for r in rows] == ["gap", "same", "speed"]
+    assert missing == ["unrun"]
+
+
+def test_no_runs_leave_every_comparison_waiting():
+    rows, missing = verdicts.comparison_verdicts([], MARGINS)
+    assert rows == [] and missing == [c["id"] for c in MARGINS["comparisons"]]
 
 
 def test_unequal_seeds_leave_a_comparison_waiting():

@@ -137,6 +137,11 @@ def make_provider(name: str, shape: bench.Shape):
     raise ValueError(f"name: must be one of {PROVIDERS[1:]}, got {name!r}")
 
 
+def one_line(error: Exception) -> str:
+    """An error as a row's ``error``: its type and first line, at most 200 chars."""
+    return f"{type(error).__name__}: {error}".splitlines()[0][:200]
+
+
 def training_step(fn, weights):
     """Forward, then the gradients of q, k, w_q and w_k from output gradients gq, gk."""
 
@@ -194,7 +199,7 @@ def measure(name, shape, mode, floor_ms, graph_floor_ms):
                 graph_pct_byte_floor=graph_floor_ms * over_copy / graphed * 100,
             )
     except Exception as e:  # one failing peer must not end the benchmark
-        row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        row["error"] = one_line(e)
     return row
 
 
@@ -258,11 +263,17 @@ def host_rows(
                     step(*inputs[name])
                 steps[name] = step
             except Exception as e:  # one failing provider must not end the rows
-                errors[name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+                errors[name] = one_line(e)
         times = {name: [] for name in steps}
         for _ in range(rounds):
             for name, step in steps.items():
-                times[name].append(bench.host_us(step, inputs[name]))
+                if name in errors:  # raised in an earlier round
+                    continue
+                try:
+                    times[name].append(bench.host_us(step, inputs[name]))
+                except Exception as e:
+                    errors[name] = one_line(e)
+                    del times[name]
         for name in providers:
             if name in times:
                 median = sorted(times[name])[rounds // 2]

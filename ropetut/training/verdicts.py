@@ -6,13 +6,19 @@ stored runs (issue 27, item 4).
 study's first run. ``comparison_verdicts(runs, margins)`` applies that rule to every
 comparison whose two configurations have runs: the paired interval and verdict of
 ``stats.verdict``, and for a comparison with the seed's own gap the unit-free one. A
-comparison whose runs are missing, or whose two configurations do not share their
-seeds, is left out: ``missing`` says which. Nothing here trains.
+comparison whose runs are missing, whose two configurations do not share their seeds,
+or that has fewer seeds than the rule asks for its study (``MIN_SEEDS``), is left out:
+``missing`` says which. Nothing here trains.
 """
 
 import math
 
 from . import stats
+from .train import config_hash
+
+# the rule's seeds: at least 5 in the 400-step regime's studies, 3 in the seed's regime
+MIN_SEEDS = {"seed_regime": 3}
+DEFAULT_MIN_SEEDS = 5
 
 # the seed's gap counts as come back when our interval overlaps [gap / 2, 2 x gap]
 SEED_GAP_FACTOR = 2.0
@@ -29,14 +35,21 @@ def value_of(run: dict, name: str) -> float:
 
 def by_seed(runs: list, name: str, measure_name: str) -> dict:
     """{seed: value} of configuration ``name``, from whichever study ran it (the
-    confounds compare their runs with plot_twist's); ValueError if a seed repeats."""
+    confounds compare their runs with plot_twist's); ValueError if a seed repeats, or
+    if the name's runs differ in more than their seed (a run with other steps, say)."""
+    mine = [run for run in runs if run["name"] == name]
+    unseeded = {
+        config_hash(r["model"], {**r["train"], "seed": 0}, r.get("regime"))
+        for r in mine
+    }
+    if len(unseeded) > 1:
+        raise ValueError(f"runs: {name!r} holds runs of {len(unseeded)} configurations")
     values = {}
-    for run in runs:
-        if run["name"] == name:
-            seed = run["train"]["seed"]
-            if seed in values:
-                raise ValueError(f"runs: {name!r} holds seed {seed} twice")
-            values[seed] = value_of(run, measure_name)
+    for run in mine:
+        seed = run["train"]["seed"]
+        if seed in values:
+            raise ValueError(f"runs: {name!r} holds seed {seed} twice")
+        values[seed] = value_of(run, measure_name)
     return values
 
 
@@ -67,15 +80,17 @@ def seed_gap(a: dict, b: dict, seed_relative_gap: float) -> dict:
 
 def comparison_verdicts(runs: list, margins: dict) -> tuple[list, list]:
     """(rows, missing): a row per comparison with runs of both configurations on the
-    same seeds, in the margins file's order; the ids of the others. Every run must
-    come from one device."""
-    one_device(runs)
+    same seeds, at least its study's ``MIN_SEEDS``, in the margins file's order; the
+    ids of the others. Every run must come from one device."""
+    if runs:
+        one_device(runs)
     rows, missing = [], []
     alpha = margins["rule"]["alpha"]
     for c in margins["comparisons"]:
         a = by_seed(runs, c["a"], c["measure"])
         b = by_seed(runs, c["b"], c["measure"])
-        if not a or a.keys() != b.keys() or len(a) < 2:
+        enough = MIN_SEEDS.get(c["study"], DEFAULT_MIN_SEEDS)
+        if a.keys() != b.keys() or len(a) < enough:
             missing.append(c["id"])
             continue
         margin = margins["margins"][c["margin"]]["margin"]
