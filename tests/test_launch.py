@@ -48,8 +48,8 @@ def test_cached_launches_skip_the_jit_unless_a_pointer_is_misaligned(
     monkeypatch.setattr(
         torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False
     )
-    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
-    x = torch.zeros(64)
+    x = torch.zeros(64)  # a CPU tensor: get_device() is -1, the kept "GPU"
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
     kernel, plan = StandInKernel(), launch.Plan((2, 1, 1), (5, True), 4)
     for _ in range(2):
         launch.launch(kernel, "key", plan, (x,))
@@ -66,25 +66,24 @@ def test_cached_launches_skip_the_jit_unless_a_pointer_is_misaligned(
 def test_a_kept_kernel_launches_through_the_jit_while_another_gpu_is_current(
     monkeypatch,
 ):
-    """A kernel is kept with the GPU current at its first launch, whatever GPU its
-    tensors are on (Triton compiles and loads it for the current one): it goes straight
-    to its launcher while that GPU is current, and through ``kernel[grid](...)`` (which
-    launches on the current GPU, as Triton does) while another is, even the tensors'."""
+    """A kernel kept from a launch with cuda:0 current goes straight to its launcher
+    while cuda:0 is current, and through ``kernel[grid](...)`` (which launches on the
+    current GPU, as Triton does) while cuda:1 is."""
     monkeypatch.setattr(launch, "direct_launch_matches", lambda: True)
     monkeypatch.setattr(launch, "_COMPILED", {})
     monkeypatch.setattr(
         torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False
     )
-    current = {"device": 0}
+    x = torch.zeros(64)  # a CPU tensor: get_device() is -1, the kept "GPU"
+    current = {"device": x.get_device()}
     monkeypatch.setattr(
         torch._C, "_cuda_getDevice", lambda: current["device"], raising=False
     )
-    x = torch.zeros(64)  # stands in for a tensor on cuda:1
     kernel, plan = StandInKernel(), launch.Plan((2, 1, 1), (5,), 4)
-    launch.launch(kernel, "key", plan, (x,))  # cuda:0 current: compiled (stands in)
+    launch.launch(kernel, "key", plan, (x,))  # compiles (stands in), kept
     launch.launch(kernel, "key", plan, (x,))
     assert (len(kernel.jit_calls), len(kernel.direct_calls)) == (1, 1)
-    current["device"] = 1  # the tensors' GPU, not the kept kernel's
+    current["device"] = x.get_device() + 1
     launch.launch(kernel, "key", plan, (x,))
     assert (len(kernel.jit_calls), len(kernel.direct_calls)) == (2, 1)
 

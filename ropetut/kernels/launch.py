@@ -15,10 +15,10 @@ is the same cache for the other kernels (``angles``, ``qk_norm_rope``), in two p
   launcher. The compiled kernel also depends on each pointer's 16-byte alignment, which
   the key does not hold: a launch with a misaligned pointer (rare: a view at an odd
   offset) goes through ``kernel[grid](...)`` every time, and one with all pointers
-  aligned uses only a kernel compiled for aligned pointers. Triton compiles and loads
-  a kernel for the GPU current at its first launch, which need not be the tensors'
-  GPU: the kept kernel is used only while that GPU is current, and a launch while
-  another is goes through ``kernel[grid](...)``, as Triton always does.
+  aligned uses only a kernel compiled for aligned pointers. The kept kernel is loaded
+  on the GPU it was compiled for: a launch while another GPU is current (tensors on
+  cuda:1, ``torch.cuda.current_device()`` 0) goes through ``kernel[grid](...)``, which
+  launches on the current GPU as Triton always does.
 
 What the direct launch skips: Triton's launch hooks (profilers such as Proton see no
 cached launch). It calls Triton's private launcher interface, so it is used only where
@@ -79,8 +79,7 @@ def launch(kernel, key, plan: Plan, pointers) -> None:
         if aligned and compiled is not None and direct_launch_matches():
             if len(_COMPILED) >= MAX_KEPT:
                 _COMPILED.clear()
-            # kept with the GPU Triton compiled and loaded it for: the current one
-            _COMPILED[kernel, key] = (compiled, torch._C._cuda_getDevice())
+            _COMPILED[kernel, key] = (compiled, pointers[0].get_device())
         return
     compiled, device = kept
     if device != torch._C._cuda_getDevice():  # another GPU is current: see above
