@@ -219,49 +219,34 @@ def test_cli_bench_qk_norm_builds_its_rows_on_tiny_shapes(monkeypatch, tmp_path)
             assert r["host_us"] == 2.0 and r["error"] is None
 
 
+@pytest.mark.parametrize("when", ["built", "timed"])
 def test_a_host_row_provider_that_raises_gets_its_error_and_the_rest_run(
-    monkeypatch,
+    monkeypatch, when
 ):
-    """host_rows: a provider whose step raises gets a row with the error; the others
-    are timed."""
+    """host_rows: a provider whose step raises, when it is built or only once timed
+    (after its warm-up), gets a row with the error; the one before it is timed."""
     monkeypatch.setattr(bench_qk_norm, "on_gpu", lambda: True)
-    monkeypatch.setattr(bench, "host_us", host_once)
-    make = bench_qk_norm.make_provider
+    make, timed = bench_qk_norm.make_provider, []
 
-    def breaks_fused_op(name, shape):
-        if name == bench_qk_norm.FUSED_OP:
-            raise RuntimeError("no such operator")
+    def make_breaking(name, shape):
+        if when == "built" and name == bench_qk_norm.FUSED_OP:
+            raise RuntimeError("broken")
         return make(name, shape)
 
-    monkeypatch.setattr(bench_qk_norm, "make_provider", breaks_fused_op)
-    shape = bench.Shape(2, 5, 4, 2, 16, dtype=torch.float32)
-    providers = (bench_qk_norm.FUSED, bench_qk_norm.FUSED_OP)
-    rows = bench_qk_norm.host_rows(providers, ("fwd",), shape=shape, rounds=1)
-    assert [(r["provider"], r["host_us"], r["error"]) for r in rows] == [
-        (bench_qk_norm.FUSED, 2.0, None),
-        (bench_qk_norm.FUSED_OP, None, "RuntimeError: no such operator"),
-    ]
-
-
-def test_a_host_row_provider_that_raises_while_timed_gets_its_error(monkeypatch):
-    """host_rows: a provider whose step raises only once timed (after its warm-up)
-    gets a row with the error; the one before it is timed."""
-    monkeypatch.setattr(bench_qk_norm, "on_gpu", lambda: True)
-    calls = []
-
-    def second_call_raises(fn, inputs):
-        calls.append(fn)
-        if len(calls) == 2:
-            raise RuntimeError("out of memory")
+    def host_breaking(fn, inputs):
+        timed.append(fn)
+        if when == "timed" and len(timed) == 2:  # the second provider's round
+            raise RuntimeError("broken")
         return host_once(fn, inputs)
 
-    monkeypatch.setattr(bench, "host_us", second_call_raises)
+    monkeypatch.setattr(bench_qk_norm, "make_provider", make_breaking)
+    monkeypatch.setattr(bench, "host_us", host_breaking)
     shape = bench.Shape(2, 5, 4, 2, 16, dtype=torch.float32)
     providers = (bench_qk_norm.FUSED, bench_qk_norm.FUSED_OP)
     rows = bench_qk_norm.host_rows(providers, ("fwd",), shape=shape, rounds=1)
     assert [(r["provider"], r["host_us"], r["error"]) for r in rows] == [
         (bench_qk_norm.FUSED, 2.0, None),
-        (bench_qk_norm.FUSED_OP, None, "RuntimeError: out of memory"),
+        (bench_qk_norm.FUSED_OP, None, "RuntimeError: broken"),
     ]
 
 
