@@ -677,6 +677,12 @@ def config_hash(model: dict, train: dict, how: str | None = None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def unseeded_hash(run: dict) -> str:
+    """``config_hash`` of a stored run with its seed set to 0: equal for the seeds of
+    one configuration."""
+    return config_hash(run["model"], {**run["train"], "seed": 0}, run.get("regime"))
+
+
 def run_file(
     out_dir, name: str, model_config: GPTConfig, train_config: TrainConfig
 ) -> Path:
@@ -960,10 +966,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         seeds = [r["train"]["seed"] for r in mine]
         if len(set(seeds)) != len(seeds):
             raise ValueError(f"runs: {name!r} holds a seed twice ({sorted(seeds)})")
-        unseeded = {
-            config_hash(r["model"], {**r["train"], "seed": 0}, r.get("regime"))
-            for r in mine
-        }
+        unseeded = {unseeded_hash(r) for r in mine}
         if len(unseeded) > 1:
             raise ValueError(
                 f"runs: {name!r} holds runs of {len(unseeded)} configurations; "

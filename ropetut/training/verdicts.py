@@ -14,7 +14,7 @@ or that has fewer seeds than the rule asks for its study (``MIN_SEEDS``), is lef
 import math
 
 from . import stats
-from .train import config_hash
+from .train import unseeded_hash
 
 # the rule's seeds: at least 5 in the 400-step regime's studies, 3 in the seed's regime
 MIN_SEEDS = {"seed_regime": 3}
@@ -38,10 +38,7 @@ def by_seed(runs: list, name: str, measure_name: str) -> dict:
     confounds compare their runs with plot_twist's); ValueError if a seed repeats, or
     if the name's runs differ in more than their seed (a run with other steps, say)."""
     mine = [run for run in runs if run["name"] == name]
-    unseeded = {
-        config_hash(r["model"], {**r["train"], "seed": 0}, r.get("regime"))
-        for r in mine
-    }
+    unseeded = {unseeded_hash(r) for r in mine}
     if len(unseeded) > 1:
         raise ValueError(f"runs: {name!r} holds runs of {len(unseeded)} configurations")
     values = {}
