@@ -1,5 +1,6 @@
 """``apply_rope_angles``: RoPE with no table. The kernel computes each angle from
-``inv_freq`` and the token's position (``ropetut/kernels/angles.py`` says how).
+``inv_freq`` and the token's position (``ropetut/kernels/angles.py`` says how): the
+host only checks the arguments and launches, on every path.
 
 It is a module of its own, not a ``KERNELS`` entry: a registry launcher takes cos and
 sin tables, and this one takes frequencies instead. The paths are ``apply_rope``'s:
@@ -11,32 +12,37 @@ operators of ``ropetut.angles_op``.
 import torch
 
 from .angles_op import check_angle_args, rope_angles_traced, rotate_angles
-from .kernels.angles import kept_turn_words
 
 
 class AnglesFunction(torch.autograd.Function):
-    """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None; words: ``turn_words``'s;
+    """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None; inv_freq: (rotary_dim/2,);
     options: (positions, interleaved, rotary_dim, inplace, backward). Returns q_out or
     (q_out, k_out). No gradient flows to inv_freq or positions."""
 
     @staticmethod
-    def forward(ctx, q, k, words, options):
-        q_out, k_out = rotate_angles(q, k, words, options)
+    def forward(ctx, q, k, inv_freq, options):
+        q_out, k_out = rotate_angles(q, k, inv_freq, options)
         if options[3]:  # in place
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
-        ctx.save_for_backward(words)
+        # saved: a write to inv_freq before the backward raises there. An inference
+        # tensor cannot be saved, nor written outside torch.inference_mode(): kept.
+        if inv_freq.is_inference():
+            ctx.inv_freq = inv_freq
+        else:
+            ctx.save_for_backward(inv_freq)
         ctx.options = options
         return q_out if k is None else (q_out, k_out)
 
     @staticmethod
     def backward(ctx, dq, dk=None):
-        (words,) = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        inv_freq = saved[0] if saved else ctx.inv_freq
         positions, interleaved, rotary_dim, _, backward = ctx.options
         back = (positions, interleaved, rotary_dim, False, not backward)
         if torch.is_grad_enabled():  # create_graph=True: differentiable, through here
-            grads = AnglesFunction.apply(dq, dk, words, back)
+            grads = AnglesFunction.apply(dq, dk, inv_freq, back)
             return (grads, None, None, None) if dk is None else (*grads, None, None)
-        return (*rotate_angles(dq, dk, words, back), None, None)
+        return (*rotate_angles(dq, dk, inv_freq, back), None, None)
 
 
 def apply_rope_angles(q, k=None, inv_freq=None, *, positions=None, interleaved=False,
@@ -56,19 +62,17 @@ def apply_rope_angles(q, k=None, inv_freq=None, *, positions=None, interleaved=F
         q, k, inv_freq, positions, interleaved=interleaved, rotary_dim=rotary_dim,
         inplace=inplace, layout=layout, wants_grad=wants_grad,
     )  # fmt: skip
-    if torch.compiler.is_compiling():  # the operators compute their own words
+    if torch.compiler.is_compiling():
         q_out, k_out = rope_angles_traced(q4, k4, inv_freq, options, wants_grad)
+    elif not wants_grad:
+        q_out, k_out = rotate_angles(q4, k4, inv_freq, options)
+    elif inplace and k is not None:  # (autograd: one view written per call)
+        q_out = AnglesFunction.apply(q4, None, inv_freq, options)
+        k_out = AnglesFunction.apply(k4, None, inv_freq, options)
+    elif k is None:
+        q_out, k_out = AnglesFunction.apply(q4, None, inv_freq, options), None
     else:
-        words = kept_turn_words(inv_freq, q.dtype)
-        if not wants_grad:
-            q_out, k_out = rotate_angles(q4, k4, words, options)
-        elif inplace and k is not None:  # (autograd: one view written per call)
-            q_out = AnglesFunction.apply(q4, None, words, options)
-            k_out = AnglesFunction.apply(k4, None, words, options)
-        elif k is None:
-            q_out, k_out = AnglesFunction.apply(q4, None, words, options), None
-        else:
-            q_out, k_out = AnglesFunction.apply(q4, k4, words, options)
+        q_out, k_out = AnglesFunction.apply(q4, k4, inv_freq, options)
     if layout == "bhtd":
         q_out = q_out.transpose(1, 2)
         k_out = None if k_out is None else k_out.transpose(1, 2)

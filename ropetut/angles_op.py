@@ -11,8 +11,8 @@
 As in ``ropetut.op``: q and k are (B, T, H, D) views, any strides; each operator
 validates its arguments as ``apply_rope_angles`` does, and has a fake implementation
 (the outputs' shapes, strides and dtypes, computed without launching anything), so the
-compiler traces around it as one opaque node. The operators take inv_freq and compute
-the kernel's words (``turn_words``) themselves. ``apply_rope_angles`` calls them only
+compiler traces around it as one opaque node. The operators take inv_freq and hand it
+to the kernel, which computes its angles from it. ``apply_rope_angles`` calls them only
 when it is being traced, and the launcher directly otherwise.
 """
 
@@ -22,7 +22,6 @@ import torch
 from torch import Tensor
 
 from .kernels.angles import rope_angles as launch_angles
-from .kernels.angles import turn_words
 from .validate import check_device, check_inplace_writes, check_positions_arg, check_qk
 
 
@@ -67,11 +66,11 @@ def check_angle_args(q, k, inv_freq, positions, *, interleaved, rotary_dim, inpl
     return q4, k4, (positions, interleaved, R, inplace, False)
 
 
-def rotate_angles(q, k, words, options):
+def rotate_angles(q, k, inv_freq, options):
     """Allocate the outputs (none in place) and launch; returns (q_out, k_out). q, k and
-    options come from ``check_angle_args``; words: ``turn_words(inv_freq, q.dtype)``. An
-    empty q or k launches nothing for it. In place, q's and k's version counters are
-    bumped, as torch's own in-place ops bump them."""
+    options come from ``check_angle_args``, which checks inv_freq too. An empty q or k
+    launches nothing for it. In place, q's and k's version counters are bumped, as
+    torch's own in-place ops bump them."""
     positions, interleaved, rotary_dim, inplace, backward = options
     q_out = q if inplace else torch.empty_like(q)
     k_out = None if k is None else (k if inplace else torch.empty_like(k))
@@ -80,7 +79,7 @@ def rotate_angles(q, k, words, options):
     if pairs:
         (x, x_out), *rest = pairs
         y, y_out = rest[0] if rest else (None, None)
-        launch_angles(x, y, words, x_out, y_out, positions=positions,
+        launch_angles(x, y, inv_freq, x_out, y_out, positions=positions,
                     interleaved=interleaved, rotary_dim=rotary_dim,
                     backward=backward)  # fmt: skip
     if inplace:
@@ -107,7 +106,7 @@ def rope_angles(q: Tensor, k: Optional[Tensor], inv_freq: Tensor,
     q, k, options = _validated(
         q, k, inv_freq, positions, interleaved, rotary_dim, False, backward
     )
-    q_out, k_out = rotate_angles(q, k, turn_words(inv_freq, q.dtype), options)
+    q_out, k_out = rotate_angles(q, k, inv_freq, options)
     return q_out, q.new_empty(0) if k_out is None else k_out
 
 
@@ -147,7 +146,7 @@ def rope_angles_(q: Tensor, k: Optional[Tensor], inv_freq: Tensor,
     q, k, options = _validated(
         q, k, inv_freq, positions, interleaved, rotary_dim, True, False
     )
-    rotate_angles(q, k, turn_words(inv_freq, q.dtype), options)
+    rotate_angles(q, k, inv_freq, options)
 
 
 @rope_angles_.register_fake

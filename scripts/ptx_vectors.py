@@ -137,9 +137,10 @@ def launch_final(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
 
 def launch_angles(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
     launch_cache._COMPILED.clear()  # as for final: each variant goes through the JIT
-    words = angles.turn_words(torch.rand(R // 2), q.dtype)
+    # inv_freq in fp64 for fp64 inputs (as gradcheck's), in fp32 otherwise
+    inv_freq = torch.rand(R // 2, dtype=torch.promote_types(q.dtype, torch.float32))
     angles.rope_angles(
-        q, k, words, qo, ko, positions=pos, interleaved=interleaved, rotary_dim=R,
+        q, k, inv_freq, qo, ko, positions=pos, interleaved=interleaved, rotary_dim=R,
         backward=backward,
     )  # fmt: skip
 

@@ -41,7 +41,7 @@ import ropetut.hf
 from ropetut import scaling
 from ropetut.angles_op import check_angle_args
 from ropetut.check import TOLERANCE, relative_error, run_poisoned
-from ropetut.kernels.angles import rope_angles, turn_words
+from ropetut.kernels.angles import rope_angles
 from ropetut.kernels.qk_norm_rope import qk_norm_rope_forward
 from ropetut.packed import packed_positions
 from ropetut.qk_norm_op import check_qk_norm_args
@@ -320,7 +320,7 @@ def check_angles(case):
         inplace=False, layout=case["layout"], wants_grad=False,
     )  # fmt: skip
     outs = [torch.full_like(t, NAN) for t in (q4, k4)]
-    rope_angles(q4, k4, turn_words(inv_freq, dtype), *outs, positions=options[0],
+    rope_angles(q4, k4, inv_freq, *outs, positions=options[0],
                 interleaved=case["interleaved"], rotary_dim=R)  # fmt: skip
     outs = [t if bthd else t.transpose(1, 2) for t in outs]
     result = rows("launcher ", outs, refs, dtypes, tol)

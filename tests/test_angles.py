@@ -2,6 +2,7 @@
 small shapes and at huge positions, and against the naive float32 angle it replaces."""
 
 import math
+from fractions import Fraction
 
 import mpmath
 import pytest
@@ -16,9 +17,9 @@ from ropetut.angles import apply_rope_angles
 from ropetut.check import TOLERANCE, relative_error
 from ropetut.kernels.angles import (
     _cos_sin_of_turn,
-    kept_turn_words,
+    _turn_words,
+    _turns_per_position,
     rope_angles,
-    turn_words,
 )
 
 DEV = ropetut.DEVICE
@@ -153,8 +154,7 @@ def test_launch_writes_every_element_of_nan_outputs(rotary_dim):
     inv_freq, _ = scaling.default(rotary_dim, device=DEV)
     q, k = randn(1, 17, 3, 96), randn(1, 17, 1, 96)
     q_out, k_out = (torch.full_like(x, float("nan")) for x in (q, k))
-    words = turn_words(inv_freq, q.dtype)
-    rope_angles(q, k, words, q_out, k_out, rotary_dim=rotary_dim)
+    rope_angles(q, k, inv_freq, q_out, k_out, rotary_dim=rotary_dim)
     rows = torch.arange(17, device=DEV)
     for x, out in ((q, q_out), (k, k_out)):
         ref = reference(x, rows, inv_freq, rotary_dim=rotary_dim)
@@ -249,31 +249,141 @@ def test_gpu_error_near_powers_of_two():
     assert scale_error(out, ref) <= 1e-6
 
 
-def test_turn_words_are_kept_per_frequency_tensor_until_it_is_written():
-    """A model passes the same inv_freq on every call: its words are computed once per
-    dtype, and again after an in-place write (the version counter tells) or a new
-    storage (``.data = ...``); an inference tensor (no version counter) gets fresh
-    words every call."""
-    inv_freq = scaling.VARIANTS["default"](64, 10000.0, device=DEV)[0]
-    words = kept_turn_words(inv_freq, torch.float32)
-    assert torch.equal(words, turn_words(inv_freq, torch.float32))
-    assert kept_turn_words(inv_freq, torch.float32) is words
-    wide = kept_turn_words(inv_freq, torch.float64)
-    assert wide.dtype == torch.float64
-    assert kept_turn_words(inv_freq, torch.float32) is words  # both dtypes kept
-    assert kept_turn_words(inv_freq, torch.float64) is wide
-    inv_freq.mul_(2)
-    doubled = kept_turn_words(inv_freq, torch.float32)
-    assert doubled is not words
-    assert torch.equal(doubled, turn_words(inv_freq, torch.float32))
-    inv_freq.data = inv_freq.data / 4  # the same tensor, a new storage, no version bump
-    halved = kept_turn_words(inv_freq, torch.float32)
-    assert torch.equal(halved, turn_words(inv_freq, torch.float32))
+def test_a_call_is_one_launch_and_no_torch_op_on_inv_freq(monkeypatch):
+    """The kernel computes its words: apply_rope_angles, forward and backward, hands
+    inv_freq itself to one launch each and runs no torch op on it (the dozen ops of a
+    host-side split would run on every CUDA graph replay). The launch is recorded, not
+    made, so the interpreter's own copies of its arguments are not counted."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from ropetut.kernels import angles
+
+    launched = []
+    monkeypatch.setattr(angles, "launch", lambda *args: launched.append(args[3]))
+    inv_freq, _ = scaling.default(32, device=DEV)
+    storage = inv_freq.untyped_storage().data_ptr()
+    touched = []
+
+    def reads_inv_freq(t):
+        return isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == storage
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if any(reads_inv_freq(t) for t in tree_leaves((args, kwargs or {}))):
+                touched.append(func)
+            return func(*args, **(kwargs or {}))
+
+    q, k = randn(1, 9, 2, 32).requires_grad_(), randn(1, 9, 1, 32)
+    with Watch():
+        q_out, _ = apply_rope_angles(q, k, inv_freq)
+        assert len(launched) == 1
+        q_out.backward(torch.ones_like(q_out))
+    assert len(launched) == 2
+    assert all(pointers[4].data_ptr() == inv_freq.data_ptr() for pointers in launched)
+    assert touched == []
+
+
+def test_inv_freq_is_saved_for_the_backward():
+    """A write to inv_freq between the forward and the backward raises, as for any
+    tensor autograd saved (the backward would turn by other angles). An inference
+    tensor cannot be saved, nor written outside inference mode: it is kept, and gives
+    the gradient a normal tensor gives."""
+    inv_freq, _ = scaling.default(16, device=DEV)
     with torch.inference_mode():
         frozen = inv_freq.clone()
-    first = kept_turn_words(frozen, torch.float32)
-    assert kept_turn_words(frozen, torch.float32) is not first
-    assert torch.equal(kept_turn_words(frozen, torch.float32), first)
+    q, dq = randn(1, 5, 2, 16).requires_grad_(), randn(1, 5, 2, 16)
+    grads = [torch.autograd.grad(apply_rope_angles(q, None, f), q, dq)[0]
+             for f in (inv_freq, frozen)]  # fmt: skip
+    assert torch.equal(grads[0], grads[1])
+    out = apply_rope_angles(q, None, inv_freq)
+    inv_freq.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward(dq)
+
+
+def test_strided_and_fp64_frequencies():
+    """inv_freq with a stride (every other entry of a buffer) or in fp64: the kernel
+    reads it as it is, and turns as by the contiguous fp32 copy of the same values."""
+    inv_freq = scaling.default(32, device=DEV)[0].float()
+    q = randn(1, 9, 2, 32)
+    expected = apply_rope_angles(q, None, inv_freq)
+    buffer = torch.zeros(16, 2, device=DEV)
+    buffer[:, 0] = inv_freq
+    assert buffer[:, 0].stride() == (2,)
+    assert torch.equal(apply_rope_angles(q, None, buffer[:, 0]), expected)
+    # (fp32 values in fp64: the same quotients inv_freq / 2pi, so the same words)
+    assert torch.equal(apply_rope_angles(q, None, inv_freq.double()), expected)
+
+
+@triton.jit
+def _words_kernel(inv_freq_ptr, c_ptr, words_ptr, N, BLOCK: tl.constexpr):
+    """The kernel's quotient c = inv_freq / 2pi and its six words, stored."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < N
+    c = _turns_per_position(tl.load(inv_freq_ptr + offsets, mask=mask, other=0.0))
+    tl.store(c_ptr + offsets, c, mask=mask)
+    c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
+    tl.store(words_ptr + offsets, c0, mask=mask)
+    tl.store(words_ptr + N + offsets, c1, mask=mask)
+    tl.store(words_ptr + 2 * N + offsets, c2, mask=mask)
+    tl.store(words_ptr + 3 * N + offsets, c1_rest, mask=mask)
+    tl.store(words_ptr + 4 * N + offsets, c2_rest, mask=mask)
+    tl.store(words_ptr + 5 * N + offsets, c3_rest, mask=mask)
+
+
+def significant_bits(x: float) -> int:
+    """The bits from x's leading 1 to its last 1 (0 for 0)."""
+    n = abs(x.as_integer_ratio()[0])
+    return (n // (n & -n)).bit_length() if n else 0
+
+
+def words_of(inv_freq):
+    """The kernel's c (as Python floats) and words (fp32 values as Python floats)."""
+    n = inv_freq.numel()
+    c = torch.empty(n, dtype=torch.float64, device=inv_freq.device)
+    words = torch.empty(6, n, dtype=torch.float32, device=inv_freq.device)
+    _words_kernel[(triton.cdiv(n, 64),)](inv_freq, c, words, n, BLOCK=64)
+    return c.cpu().tolist(), words.double().cpu().T.tolist()
+
+
+def frequencies():
+    """Each variant's inv_freq (default at two bases, Llama-3.1, YaRN), with edges:
+    0 (a masked lane's), 2pi (one turn exactly), powers of two, and random values."""
+    variants = [scaling.default(128, 10000.0)[0], scaling.default(128, 500000.0)[0],
+                scaling.llama3(128)[0], scaling.yarn(128, 4.0, 8192)[0]]  # fmt: skip
+    edges = torch.tensor([0.0, 2 * math.pi, 1.0, 0.5, 2.0**-20, 1 / 3])
+    draw = torch.Generator().manual_seed(1)
+    drawn = 10 ** (-8 * torch.rand(200, generator=draw, dtype=torch.float64))
+    return torch.cat([*variants, edges.double(), drawn])
+
+
+@pytest.mark.parametrize("inv_dtype", [torch.float32, torch.float64])
+def test_words_split_c_exactly_in_12_bit_parts(inv_dtype):
+    """The premise of the kernel's exactness, on the words it computes: c is
+    ``inv_freq.double() / (2 * math.pi)`` (an IEEE division, as Python's), c0, c1, c2
+    have at most 12 significant bits each, each the nearest such value to what is left
+    of c (so the remainders, and the three small products, stay small), the
+    remainders c - c0 and c - c0 - c1 are rounded to fp32 once, and
+    c0 + c1 + c2 + (c - c0 - c1 - c2) is c exactly."""
+    inv_freq = frequencies().to(inv_dtype)
+    cs, words = words_of(inv_freq.to(DEV))
+    for f, c, (c0, c1, c2, c1_rest, c2_rest, c3_rest) in zip(
+        inv_freq.tolist(), cs, words
+    ):
+        assert c == f / (2 * math.pi)
+        left = Fraction(c)
+        for part in (c0, c1, c2):
+            assert significant_bits(part) <= 12
+            _, exponent = math.frexp(float(left))  # left = m 2**e, m in [1/2, 1)
+            assert abs(left - Fraction(part)) <= Fraction(2) ** (exponent - 13)
+            left -= Fraction(part)
+        assert Fraction(c3_rest) == left  # exact in fp32: so the sum is c exactly
+        assert Fraction(c0) + Fraction(c1) + Fraction(c2) + left == Fraction(c)
+        one_left = Fraction(c) - Fraction(c0)
+        for rest, exact in ((c1_rest, one_left), (c2_rest, one_left - Fraction(c1))):
+            # the exact rest is an fp64 value: rounded to fp32 once
+            assert rest == torch.tensor(float(exact), dtype=torch.float64).float()
 
 
 @triton.jit
@@ -310,15 +420,22 @@ def test_a_launch_plan_is_kept_per_key_in_place_apart(monkeypatch):
     made, make = [], angles._plan
     monkeypatch.setattr(angles, "_plan", lambda *a: made.append(a) or make(*a))
     inv_freq, _ = scaling.default(32, device=DEV)
-    words = turn_words(inv_freq, torch.float32)
     q, k = randn(1, 9, 2, 64), randn(1, 9, 1, 64)
     ref_q = reference(q, torch.arange(9), inv_freq, rotary_dim=32)
     for _ in range(2):
         q_out = torch.full_like(q, float("nan"))
-        rope_angles(q, k, words, q_out, torch.empty_like(k), rotary_dim=32)
+        rope_angles(q, k, inv_freq, q_out, torch.empty_like(k), rotary_dim=32)
         assert relative_error(q_out, ref_q) <= TOLERANCE[torch.float32]
     assert len(made) == 1
     q_in_place, k_in_place = q.clone(), k.clone()
-    rope_angles(q_in_place, k_in_place, words, q_in_place, k_in_place, rotary_dim=32)
+    rope_angles(q_in_place, k_in_place, inv_freq, q_in_place, k_in_place,
+                rotary_dim=32)  # fmt: skip
     assert relative_error(q_in_place, ref_q) <= TOLERANCE[torch.float32]
     assert len(made) == 2
+    # inv_freq's dtype and stride are the kernel's too: plans of their own
+    strided = torch.stack([inv_freq, inv_freq], 1)[:, 0]
+    for f in (inv_freq.float(), strided):
+        q_out = torch.full_like(q, float("nan"))
+        rope_angles(q, k, f, q_out, torch.empty_like(k), rotary_dim=32)
+        assert relative_error(q_out, ref_q) <= TOLERANCE[torch.float32]
+    assert len(made) == 4

@@ -154,12 +154,11 @@ def test_angles_plans_follow_the_module_tile(monkeypatch):
     made, make = [], angles._plan
     monkeypatch.setattr(angles, "_plan", lambda *a: made.append(a) or make(*a))
     inv_freq, _ = scaling.default(16, device=ropetut.DEVICE)
-    words = angles.turn_words(inv_freq, torch.float32)
     q = randn(1, 64, 2, 16)
     outs = []
     for pairs in (angles.PAIRS_PER_TILE, 64):
         monkeypatch.setattr(angles, "PAIRS_PER_TILE", pairs)
         outs.append(torch.full_like(q, float("nan")))
-        angles.rope_angles(q, None, words, outs[-1], None)
+        angles.rope_angles(q, None, inv_freq, outs[-1], None)
     assert len(made) == 2
     assert torch.equal(outs[0], outs[1])

@@ -3,8 +3,8 @@
 The promises: ``apply_rope`` (ropetut/autograd.py, README.md; its validation in
 ropetut/validate.py), with positions or without, in place, and with ``impl="cute"``
 where CuTeDSL runs, ``apply_rope_angles`` (ropetut/angles.py, angles_op.py,
-kernels/angles.py's ``turn_words``), ``apply_qk_norm_rope`` (ropetut/qk_norm.py,
-qk_norm_op.py), ``packed_positions`` and ``apply_rope_thd`` (ropetut/packed.py),
+kernels/angles.py), ``apply_qk_norm_rope`` (ropetut/qk_norm.py, qk_norm_op.py),
+``packed_positions`` and ``apply_rope_thd`` (ropetut/packed.py),
 ``hf.apply_rotary_pos_emb`` (ropetut/hf.py), and dynamic NTK and LongRoPE with the
 length a device tensor, feeding the table-free kernel (ropetut/scaling.py). The three
 entry points are checked under ``torch.compile`` too: "neither path", eager or the

@@ -8,8 +8,9 @@ What it changes from ``final``, and why:
   loses the angle's low bits as soon as the product is large: at position 2**24 one fp32
   ulp of the angle is 2 radians. So the kernel works in turns (angle / 2pi), where a
   whole turn is exactly 1 and reducing mod 1 is exact (``x - floor(x + 1/2)``):
-  - the host divides inv_freq by 2pi in fp64 and splits it into fp32 words, three of 12
-    significant bits (``turn_words``);
+  - each program divides its pairs' inv_freq by 2pi in fp64 (one IEEE division, as
+    ``inv_freq.double() / (2 * math.pi)`` on the CPU) and splits the quotient c
+    exactly into fp32 words, three of 12 significant bits (``_turn_words``);
   - the kernel splits the position into three 12-bit integer parts;
   - a product of a 12-bit part and a 12-bit word has at most 24 significant bits, so
     float32 holds it exactly, and its fraction too: no FMA or Dekker split needed, and
@@ -22,6 +23,12 @@ What it changes from ``final``, and why:
   position: at most position * inv_freq * 1.1e-16 radians, 7.6e-6 at 2**36 for
   inv_freq = 1. A position outside
   [0, 2**36) gets NaN, as ``final`` gives NaN for a row outside its table.
+- the words are computed in the kernel, each program its own, not on the host: a
+  division and a dozen fp64 additions per pair, where the host took a dozen small torch
+  ops a call. A CUDA graph replayed those ops on every call (0.055 ms on the H200, where
+  the table kernel's graphed decode takes 0.002 ms); now a call is one launch and
+  nothing else, eager or graphed, and nothing is kept between calls that could go stale
+  when inv_freq is written.
 - cos and sin of the reduced turn come from two short polynomials
   (``_cos_sin_of_turn``), not libdevice's sinf and cosf, whose reduction of large
   arguments is never needed here but bloats the kernel; the same arithmetic runs in
@@ -37,7 +44,6 @@ for big tensors, backward as a turn by -theta.
 """
 
 import math
-import weakref
 
 import torch
 import triton
@@ -50,6 +56,7 @@ from .tiles import tile_sizes
 MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
 TWO_PI_HI = tl.constexpr(6.2831854820251465)  # float32(2 pi)
 TWO_PI_LO = tl.constexpr(-1.7484555314695172e-07)  # float32(2 pi - TWO_PI_HI)
+TWO_PI_FP64 = tl.constexpr(2 * math.pi)  # float64(2 pi)
 # sin(pi/2 r) and cos(pi/2 r) for |r| <= 1/2 by their Taylor series, coefficients
 # rounded to float32 (tests/test_angles.py checks them against float64 cos and sin)
 SIN_C1 = tl.constexpr(1.5707963705062866)
@@ -83,8 +90,45 @@ def _fraction(x):
 
 
 @triton.jit
-def _fraction_of_turns(words_ptr, i, HALF, pos):
-    """position * inv_freq / 2pi mod 1 as float-float (hi, lo), hi a few turns at most.
+def _round_to_12_bits(x):
+    """fp64 x rounded to nearest with 12 significant bits (Veltkamp's split by
+    2**41 + 1): x - the result is exact in fp64. x * 2**41 is exact, so the sum is
+    x * (2**41 + 1) rounded once, whether the compiler contracts it into an FMA or
+    not; what follows has no product to contract."""
+    t = x * 2199023255552.0 + x
+    return t - (t - x)
+
+
+@triton.jit
+def _turn_words(c):
+    """c = inv_freq / 2pi (fp64) as the six fp32 words ``_fraction_of_turns`` takes:
+    c0, c1, c2 of 12 significant bits each (c0 + c1 + c2 is c to 36 bits), then what
+    is left after one, two and three of them (c - c0, c - c0 - c1 and
+    c - c0 - c1 - c2, each exact in fp64), rounded to fp32 (the last one exactly: it
+    has at most 17 significant bits)."""
+    c0 = _round_to_12_bits(c)
+    c1_rest = c - c0
+    c1 = _round_to_12_bits(c1_rest)
+    c2_rest = c1_rest - c1
+    c2 = _round_to_12_bits(c2_rest)
+    c3_rest = c2_rest - c2
+    return (
+        c0.to(tl.float32), c1.to(tl.float32), c2.to(tl.float32),
+        c1_rest.to(tl.float32), c2_rest.to(tl.float32), c3_rest.to(tl.float32),
+    )  # fmt: skip
+
+
+@triton.jit
+def _turns_per_position(inv_freq):
+    """inv_freq / 2pi in fp64: one IEEE division, by 2pi rounded to fp64 (``tl.full``
+    makes the constant fp64, whatever a Triton version makes of a float literal)."""
+    return inv_freq.to(tl.float64) / tl.full((), TWO_PI_FP64, tl.float64)
+
+
+@triton.jit
+def _fraction_of_turns(c, pos):
+    """position * c (c = inv_freq / 2pi, fp64) mod 1 as float-float (hi, lo), hi a few
+    turns at most.
 
     Six products of a 12-bit position part and a 12-bit word are exact, and so are their
     fractions; the three that are left are at most inv_freq / 2pi in size, so rounding
@@ -92,12 +136,7 @@ def _fraction_of_turns(words_ptr, i, HALF, pos):
     p0 = (pos & 4095).to(tl.float32)
     p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
     p2 = ((pos >> 24) & 4095).to(tl.float32) * 16777216.0
-    c0 = tl.load(words_ptr + i, mask=i < HALF, other=0.0)
-    c1 = tl.load(words_ptr + HALF + i, mask=i < HALF, other=0.0)
-    c2 = tl.load(words_ptr + 2 * HALF + i, mask=i < HALF, other=0.0)
-    c1_rest = tl.load(words_ptr + 3 * HALF + i, mask=i < HALF, other=0.0)
-    c2_rest = tl.load(words_ptr + 4 * HALF + i, mask=i < HALF, other=0.0)
-    c3_rest = tl.load(words_ptr + 5 * HALF + i, mask=i < HALF, other=0.0)
+    c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
     hi = _fraction(p2 * c0)
     lo = tl.zeros_like(hi)
     hi, lo = _add_exactly(hi, lo, _fraction(p2 * c1))
@@ -132,11 +171,11 @@ def _cos_sin_of_turn(turn, lo):
 
 @triton.jit
 def rope_angles_kernel(
-    q_ptr, k_ptr, qo_ptr, ko_ptr, words_ptr, pos_ptr,
+    q_ptr, k_ptr, qo_ptr, ko_ptr, inv_freq_ptr, pos_ptr,
     T, HQ, HK, HALF, D, R,                            # HALF = R/2; R..D pass through
     sqb, sqt, sqh, sqd, skb, skt, skh, skd,           # q, k strides, (B, T, H, D)
     sqob, sqot, sqoh, sqod, skob, skot, skoh, skod,   # q_out, k_out strides
-    spb, spt,                                         # positions (B, T) strides
+    spb, spt, sf,                                     # positions, inv_freq strides
     HAS_POSITIONS: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
     COPY_PASS: tl.constexpr, FP64: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
@@ -153,13 +192,15 @@ def rope_angles_kernel(
         pos = tl.load(pos_ptr + b * spb + t * spt, mask=t < T, other=0).to(tl.int64)
     else:
         pos = t.to(tl.int64)
-    if FP64:  # words: (1, HALF) inv_freq / 2pi in fp64
-        turns = pos.to(tl.float64) * tl.load(words_ptr + i, mask=i < HALF, other=0.0)
+    inv_freq = tl.load(inv_freq_ptr + i * sf, mask=i < HALF, other=0.0)
+    c = _turns_per_position(inv_freq)  # (1, pairs), fp64
+    if FP64:
+        turns = pos.to(tl.float64) * c
         turn = turns - tl.floor(turns + 0.5)
         angle = turn * TWO_PI_HI + turn * TWO_PI_LO  # a float literal would be fp32
         cos, sin = tl.cos(angle), tl.sin(angle)
-    else:  # words: (6, HALF) fp32, see turn_words
-        hi, lo = _fraction_of_turns(words_ptr, i, HALF, pos)
+    else:
+        hi, lo = _fraction_of_turns(c, pos)
         cos, sin = _cos_sin_of_turn(hi - tl.floor(hi + 0.5), lo)
     valid = (pos >= 0) & (pos < MAX_POSITION) & (t < T) & (i < HALF)  # NaN outside
     cos = tl.expand_dims(tl.where(valid, cos, float("nan")), 1)
@@ -202,62 +243,20 @@ def rope_angles_kernel(
 PAIRS_PER_TILE, NUM_WARPS = 1024, 2
 
 
-def turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``c = inv_freq / 2pi`` (computed in fp64) as the kernel reads it, on inv_freq's
-    device, without a sync: for fp64 inputs (1, HALF) in fp64; otherwise (6, HALF)
-    fp32 words: c0, c1, c2 of 12 significant bits each (c0 + c1 + c2 is c to 36 bits),
-    then what is left after one, two and three of them (c - c0, c - c0 - c1 and
-    c - c0 - c1 - c2), rounded to fp32."""
-    c = inv_freq.detach().double() / (2 * math.pi)
-    if dtype == torch.float64:
-        return c[None].contiguous()
-    c0 = _round_to_bits(c, 12)
-    c1 = _round_to_bits(c - c0, 12)
-    c2 = _round_to_bits(c - c0 - c1, 12)
-    return torch.stack([c0, c1, c2, c - c0, c - c0 - c1, c - c0 - c1 - c2]).float()
-
-
-_KEPT_WORDS = {}  # (id(inv_freq), dtype) -> (weak reference, version, pointer, words)
-
-
-def kept_turn_words(inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``turn_words``, kept per inv_freq tensor and dtype while the tensor lives, its
-    version counter has not moved and its storage is the same: an eager model passes
-    the same frequencies on every call, and computing the words takes a dozen small
-    launches. Writes the version counter cannot see (through ``.data`` or numpy) are
-    not seen here either. Not kept: an inference tensor's words (it has no version
-    counter), and words computed while a CUDA graph is being captured, which the graph
-    must compute on every replay. The operators ``torch.compile`` sees compute their
-    own words."""
-    if inv_freq.is_inference() or (
-        inv_freq.is_cuda and torch.cuda.is_current_stream_capturing()
-    ):
-        return turn_words(inv_freq, dtype)
-    key = (id(inv_freq), dtype)
-    state = (inv_freq._version, inv_freq.data_ptr())
-    kept = _KEPT_WORDS.get(key)
-    if kept is not None and kept[0]() is inv_freq and kept[1:3] == state:
-        return kept[3]
-    words = turn_words(inv_freq, dtype)
-    if len(_KEPT_WORDS) >= 256:  # a bound for callers that make new frequencies
-        _KEPT_WORDS.clear()
-    _KEPT_WORDS[key] = (weakref.ref(inv_freq), *state, words)
-    return words
-
-
 def rope_angles(
-    q, k, words, q_out, k_out, *, positions=None, interleaved=False, rotary_dim=None,
-    backward=False,
+    q, k, inv_freq, q_out, k_out, *, positions=None, interleaved=False,
+    rotary_dim=None, backward=False,
 ):  # fmt: skip
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out may
-    be q. words: ``turn_words(inv_freq, q.dtype)``. positions: None or (B, T) integers.
+    be q. inv_freq: (rotary_dim/2,) float32 or float64, any stride, handed to the kernel
+    as it is (the kernel computes its words). positions: None or (B, T) integers.
     Returns (q_out, k_out). A repeated launch goes straight to the compiled kernel, as
     ``final``'s does (``launch``)."""
     R = rotary_dim or q.shape[3]
     # HK = 0: the k loop never runs
     kk, kk_out = (q, q_out) if k is None else (k, k_out)
     pos = q if positions is None else positions  # a placeholder pointer, never read
-    pointers = (q, kk, q_out, kk_out, words, pos)
+    pointers = (q, kk, q_out, kk_out, inv_freq, pos)
     in_place = q_out.data_ptr() == q.data_ptr()
     # everything the plan is computed from (``launch.kept_plan``), the tile and warps
     # too: read on every call, so that a sweep that assigns them gets plans of its own
@@ -265,7 +264,7 @@ def rope_angles(
         q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
         None if k is None
         else (k.shape, k.stride(), k_out.stride(), k.dtype, k_out.dtype),
-        words.dtype,
+        inv_freq.dtype, inv_freq.stride(),
         None if positions is None else (positions.stride(), positions.dtype),
         R, interleaved, backward, in_place, PAIRS_PER_TILE, NUM_WARPS,
     )  # fmt: skip
@@ -281,7 +280,8 @@ def rope_angles(
 
 
 def _plan(
-    q, kk, q_out, kk_out, words, pos, has_k, has_positions, R, interleaved, backward
+    q, kk, q_out, kk_out, inv_freq, pos, has_k, has_positions, R, interleaved,
+    backward,
 ):  # fmt: skip
     """The launch's grid and every argument after the pointers, the constexprs too, in
     the kernel's order."""
@@ -291,7 +291,7 @@ def _plan(
     spb, spt = pos.stride() if has_positions else (0, 0)
     scalars = (
         T, HQ, HK, R // 2, D, R, *q.stride(), *kk.stride(), *q_out.stride(),
-        *kk_out.stride(), spb, spt,
+        *kk_out.stride(), spb, spt, inv_freq.stride(0),
     )  # fmt: skip
     constexprs = {
         "HAS_POSITIONS": has_positions, "INTERLEAVED": interleaved,
@@ -303,9 +303,3 @@ def _plan(
     }  # fmt: skip
     grid = (triton.cdiv(T, BLOCK_T), B, 1)
     return Plan(grid, (*scalars, *constexprs.values()), NUM_WARPS)
-
-
-def _round_to_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
-    # x = mantissa * 2**exponent, |mantissa| in [1/2, 1)
-    mantissa, exponent = torch.frexp(x)
-    return torch.ldexp(torch.round(mantissa * 2**bits), (exponent - bits).double())
