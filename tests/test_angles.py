@@ -15,12 +15,7 @@ import ropetut
 from ropetut import scaling
 from ropetut.angles import apply_rope_angles
 from ropetut.check import TOLERANCE, relative_error
-from ropetut.kernels.angles import (
-    _cos_sin_of_turn,
-    _turn_words,
-    _turns_per_position,
-    rope_angles,
-)
+from ropetut.kernels.angles import _cos_sin_of_turn, rope_angles, turn_words
 
 DEV = ropetut.DEVICE
 
@@ -316,22 +311,6 @@ def test_strided_and_fp64_frequencies():
     assert torch.equal(apply_rope_angles(q, None, inv_freq.double()), expected)
 
 
-@triton.jit
-def _words_kernel(inv_freq_ptr, c_ptr, words_ptr, N, BLOCK: tl.constexpr):
-    """The kernel's quotient c = inv_freq / 2pi and its six words, stored."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < N
-    c = _turns_per_position(tl.load(inv_freq_ptr + offsets, mask=mask, other=0.0))
-    tl.store(c_ptr + offsets, c, mask=mask)
-    c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
-    tl.store(words_ptr + offsets, c0, mask=mask)
-    tl.store(words_ptr + N + offsets, c1, mask=mask)
-    tl.store(words_ptr + 2 * N + offsets, c2, mask=mask)
-    tl.store(words_ptr + 3 * N + offsets, c1_rest, mask=mask)
-    tl.store(words_ptr + 4 * N + offsets, c2_rest, mask=mask)
-    tl.store(words_ptr + 5 * N + offsets, c3_rest, mask=mask)
-
-
 def significant_bits(x: float) -> int:
     """The bits from x's leading 1 to its last 1 (0 for 0)."""
     n = abs(x.as_integer_ratio()[0])
@@ -340,10 +319,7 @@ def significant_bits(x: float) -> int:
 
 def words_of(inv_freq):
     """The kernel's c (as Python floats) and words (fp32 values as Python floats)."""
-    n = inv_freq.numel()
-    c = torch.empty(n, dtype=torch.float64, device=inv_freq.device)
-    words = torch.empty(6, n, dtype=torch.float32, device=inv_freq.device)
-    _words_kernel[(triton.cdiv(n, 64),)](inv_freq, c, words, n, BLOCK=64)
+    c, words = turn_words(inv_freq)
     return c.cpu().tolist(), words.double().cpu().T.tolist()
 
 
