@@ -15,7 +15,8 @@ import ropetut
 from ropetut import scaling
 from ropetut.angles import apply_rope_angles
 from ropetut.check import TOLERANCE, relative_error
-from ropetut.kernels.angles import _cos_sin_of_turn, rope_angles, turn_words
+from ropetut.book.angle_words import turn_words
+from ropetut.kernels.angles import _cos_sin_of_turn, rope_angles
 
 DEV = ropetut.DEVICE
 
@@ -334,6 +335,18 @@ def frequencies():
     return torch.cat([*variants, edges.double(), drawn])
 
 
+def test_turn_words_reads_any_stride():
+    """turn_words on every other entry of a buffer gives the contiguous copy's words;
+    a 2-D inv_freq is refused by name."""
+    inv_freq = scaling.default(32, device=DEV)[0]
+    buffer = torch.zeros(16, 2, dtype=torch.float64, device=DEV)
+    buffer[:, 0] = inv_freq
+    for got, expected in zip(turn_words(buffer[:, 0]), turn_words(inv_freq)):
+        assert torch.equal(got, expected)
+    with pytest.raises(ValueError, match="inv_freq"):
+        turn_words(buffer)
+
+
 @pytest.mark.parametrize("inv_dtype", [torch.float32, torch.float64])
 def test_words_split_c_exactly_in_12_bit_parts(inv_dtype):
     """The premise of the kernel's exactness, on the words it computes: c is
@@ -341,7 +354,7 @@ def test_words_split_c_exactly_in_12_bit_parts(inv_dtype):
     have at most 12 significant bits each, each the nearest such value to what is left
     of c (so the remainders, and the three small products, stay small), the
     remainders c - c0 and c - c0 - c1 are rounded to fp32 once, and
-    c0 + c1 + c2 + (c - c0 - c1 - c2) is c exactly."""
+    c - c0 - c1 - c2 is exact in fp32 (so the four words sum to c exactly)."""
     inv_freq = frequencies().to(inv_dtype)
     cs, words = words_of(inv_freq.to(DEV))
     for f, c, (c0, c1, c2, c1_rest, c2_rest, c3_rest) in zip(
@@ -354,8 +367,8 @@ def test_words_split_c_exactly_in_12_bit_parts(inv_dtype):
             _, exponent = math.frexp(float(left))  # left = m 2**e, m in [1/2, 1)
             assert abs(left - Fraction(part)) <= Fraction(2) ** (exponent - 13)
             left -= Fraction(part)
-        assert Fraction(c3_rest) == left  # exact in fp32: so the sum is c exactly
-        assert Fraction(c0) + Fraction(c1) + Fraction(c2) + left == Fraction(c)
+        # exact in fp32, so c0 + c1 + c2 + c3_rest is c exactly
+        assert Fraction(c3_rest) == left
         one_left = Fraction(c) - Fraction(c0)
         for rest, exact in ((c1_rest, one_left), (c2_rest, one_left - Fraction(c1))):
             # the exact rest is an fp64 value: rounded to fp32 once

@@ -24,11 +24,12 @@ What it changes from ``final``, and why:
   inv_freq = 1. A position outside
   [0, 2**36) gets NaN, as ``final`` gives NaN for a row outside its table.
 - the words are computed in the kernel, each program its own, not on the host: a
-  division and a dozen fp64 additions per pair, where the host took a dozen small torch
-  ops a call. A CUDA graph replayed those ops on every call (0.055 ms on the H200, where
-  the table kernel's graphed decode takes 0.002 ms); now a call is one launch and
-  nothing else, eager or graphed, and nothing is kept between calls that could go stale
-  when inv_freq is written.
+  division and a dozen fp64 additions per pair and program (with heads first in the
+  tile, a program holds one or two tokens on 8B-like shapes: fp64 work per token),
+  where the host took a dozen small torch ops a call, which a CUDA graph replayed on
+  every call, longer than the table kernel's whole decode step. Now a call is one
+  launch and nothing else, eager or graphed, and nothing is kept between calls that
+  could go stale when inv_freq is written.
 - cos and sin of the reduced turn come from two short polynomials
   (``_cos_sin_of_turn``), not libdevice's sinf and cosf, whose reduction of large
   arguments is never needed here but bloats the kernel; the same arithmetic runs in
@@ -304,30 +305,3 @@ def _plan(
     grid = (triton.cdiv(T, BLOCK_T), B, 1)
     return Plan(grid, (*scalars, *constexprs.values()), NUM_WARPS)
 
-
-@triton.jit
-def turn_words_kernel(inv_freq_ptr, c_ptr, words_ptr, N, BLOCK: tl.constexpr):
-    """The main kernel's quotient c = inv_freq / 2pi and its six words, stored: what
-    ``rope_angles_kernel`` computes in registers, for tests and chapter 08b to check."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < N
-    c = _turns_per_position(tl.load(inv_freq_ptr + offsets, mask=mask, other=0.0))
-    tl.store(c_ptr + offsets, c, mask=mask)
-    c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
-    tl.store(words_ptr + offsets, c0, mask=mask)
-    tl.store(words_ptr + N + offsets, c1, mask=mask)
-    tl.store(words_ptr + 2 * N + offsets, c2, mask=mask)
-    tl.store(words_ptr + 3 * N + offsets, c1_rest, mask=mask)
-    tl.store(words_ptr + 4 * N + offsets, c2_rest, mask=mask)
-    tl.store(words_ptr + 5 * N + offsets, c3_rest, mask=mask)
-
-
-def turn_words(inv_freq):
-    """inv_freq (contiguous, 1-D, float32 or float64) -> (c, words) as the kernel
-    computes them: c = inv_freq / 2pi, float64, and words (6, n) float32: c0, c1, c2,
-    then c - c0, c - c0 - c1, c - c0 - c1 - c2 rounded to float32."""
-    n = inv_freq.numel()
-    c = torch.empty(n, dtype=torch.float64, device=inv_freq.device)
-    words = torch.empty(6, n, dtype=torch.float32, device=inv_freq.device)
-    turn_words_kernel[(triton.cdiv(n, 64),)](inv_freq, c, words, n, BLOCK=64)
-    return c, words
