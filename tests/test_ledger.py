@@ -230,6 +230,61 @@ def test_record_updates_an_entry_and_keeps_the_others(tmp_path):
     )
 
 
+def test_withdraw_takes_a_claim_out_of_its_chapters_file_and_keeps_the_others(
+    tmp_path, monkeypatch
+):
+    """A claim whose runs are missing: its earlier verdict leaves the file, the ledger
+    shows it as not measured yet, and the chapter's other verdicts stay."""
+    monkeypatch.setattr(ledger, "_recorded", {})
+    monkeypatch.setattr(ledger, "_withdrawn", {})
+    for claim_id in ("002-ch4-table", "002-ch5-table"):
+        ledger.record(
+            claim_id, ours="x", agree=False, cause="c", out_dir=tmp_path, show=False
+        )
+    path = tmp_path / "09_the_plot_twist.json"
+    before = json.loads(path.read_text(encoding="utf-8"))
+    ledger.withdraw(
+        "002-ch5-table", why="waiting for runs: seed-ch5-pair", out_dir=tmp_path
+    )
+    after = json.loads(path.read_text(encoding="utf-8"))
+    assert after == {"002-ch4-table": before["002-ch4-table"]}
+    by_id = {r["id"]: r for r in ledger.rows(verdicts=ledger.load_verdicts(tmp_path))}
+    assert by_id["002-ch5-table"]["verdict"] == ledger.NOT_MEASURED
+    assert by_id["002-ch4-table"]["verdict"] == ledger.DISAGREE
+    html = ledger.verdicts(["002-ch4-table", "002-ch5-table"])._repr_html_()
+    assert html.count(ledger.NOT_MEASURED) == 1
+    assert "<td>waiting for runs: seed-ch5-pair</td>" in html
+    # withdrawn again, or a claim never recorded: nothing changes, no file is made
+    ledger.withdraw("002-ch5-table", why="w", out_dir=tmp_path)
+    assert json.loads(path.read_text(encoding="utf-8")) == after
+    ledger.withdraw("003-norm", why="w", out_dir=tmp_path)
+    assert not (tmp_path / "05_autograd_and_fusion.json").exists()
+    # recorded again: the withdrawal's why is gone
+    ledger.record(
+        "002-ch5-table", ours="y", agree=True, cause="d", out_dir=tmp_path, show=False
+    )
+    html = ledger.verdicts(["002-ch5-table"])._repr_html_()
+    assert ledger.NOT_MEASURED not in html and "<td>d</td>" in html
+
+
+def test_withdraw_refuses_what_record_refuses_and_writes_nothing_on_cpu(
+    tmp_path, monkeypatch
+):
+    with pytest.raises(KeyError, match="unknown seed claim"):
+        ledger.withdraw("no-such-claim", why="w", out_dir=tmp_path)
+    untested = {
+        row["id"]: row for row in with_an_untested_claim(ledger.load_claims())["claims"]
+    }
+    monkeypatch.setattr(ledger, "claims", lambda path=None: untested)
+    with pytest.raises(ValueError, match="issue 11"):
+        ledger.withdraw("004-later", why="w", out_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.delenv(ledger.LEDGER_DIR_ENV, raising=False)
+    monkeypatch.setattr(ledger, "on_gpu", lambda: False)
+    monkeypatch.setattr(ledger, "_remove", lambda *a: pytest.fail("wrote on a CPU"))
+    ledger.withdraw("002-ch5-table", why="w")
+
+
 def test_record_takes_the_environment_variable(tmp_path, monkeypatch):
     monkeypatch.setenv(ledger.LEDGER_DIR_ENV, str(tmp_path))
     ledger.record("003-norm", ours="x", agree=True, cause="y", show=False)

@@ -15,8 +15,11 @@ the book stores. Under the interpreter (CI, a laptop) it writes nothing, so a CP
 never rewrites committed results. An explicit ``out_dir`` (or ``$ROPETUT_LEDGER_DIR``)
 writes there on any device. ``record`` also shows the verdict (a one-row table), or
 keeps it silently (``show=False``) for ``verdicts``, which shows several in one table.
-The ledger page (``chapters/seed_ledger.ipynb``) reads both halves with ``rows`` and
-shows them with ``page``.
+A chapter whose measurement of a claim cannot be made yet (the runs it rests on are
+missing) calls ``ledger.withdraw(claim_id, why=...)`` instead: any verdict recorded
+earlier is taken out of the chapter's file, so the claim shows as not measured yet
+until a later run records it. The ledger page (``chapters/seed_ledger.ipynb``) reads
+both halves with ``rows`` and shows them with ``page``.
 """
 
 import json
@@ -40,6 +43,8 @@ APPENDIX = "10_two_dsls"
 WHERE = re.compile(r"[a-z][a-z0-9-]*")
 # claim id -> {"ours", "agree", "cause", "where"}: this session's, for verdicts()
 _recorded = {}
+# claim id -> why it is not measured yet: this session's withdrawals, for verdicts()
+_withdrawn = {}
 
 
 def load_claims(path=CLAIMS_FILE) -> dict:
@@ -83,17 +88,7 @@ def record(
     (or for the cell's own words). Returns None, so a call that ends a cell adds no
     output to it.
     """
-    known = claims()
-    if claim_id not in known:
-        raise KeyError(
-            f"unknown seed claim {claim_id!r}: add it to {CLAIMS_FILE.name} first"
-        )
-    claim = known[claim_id]
-    if not claim.get("chapter"):
-        raise ValueError(
-            f"claim {claim_id!r} is not tested by a chapter "
-            f"(issue {claim.get('issue')})"
-        )
+    claim = _chapter_claim(claim_id)
     if agree is None:
         raise TypeError(f"claim {claim_id!r}: agree must be True or False, not None")
     if where is not None and not WHERE.fullmatch(where):
@@ -108,6 +103,7 @@ def record(
         "where": where,
     }
     _recorded[claim_id] = entry
+    _withdrawn.pop(claim_id, None)
     if show:
         report.show(verdicts([claim_id]))
     directory = output_dir(out_dir)
@@ -119,6 +115,37 @@ def record(
         )
 
 
+def withdraw(claim_id: str, *, why: str, out_dir=None) -> None:
+    """Say that a chapter cannot measure a claim yet (why: in one line, such as the
+    runs it rests on that are missing), and take back any verdict recorded on it
+    before: the claim's entry leaves the chapter's file, where ``record`` would write,
+    so the ledger shows it as not measured yet until a later run records it.
+    ``verdicts`` shows it as not measured yet, with ``why``. Returns None."""
+    claim = _chapter_claim(claim_id)
+    _recorded.pop(claim_id, None)
+    _withdrawn[claim_id] = str(why)
+    directory = output_dir(out_dir)
+    if directory is not None:
+        _remove(directory / f"{claim['chapter']}.json", claim_id)
+
+
+def _chapter_claim(claim_id: str) -> dict:
+    """The claim ``claim_id``; KeyError if there is none, ValueError if no chapter
+    tests it."""
+    known = claims()
+    if claim_id not in known:
+        raise KeyError(
+            f"unknown seed claim {claim_id!r}: add it to {CLAIMS_FILE.name} first"
+        )
+    claim = known[claim_id]
+    if not claim.get("chapter"):
+        raise ValueError(
+            f"claim {claim_id!r} is not tested by a chapter "
+            f"(issue {claim.get('issue')})"
+        )
+    return claim
+
+
 def _verdict(agree: bool):
     word = AGREE if agree else DISAGREE
     return report.Markup(word, f'<span class="verdict-{word}">{word}</span>')
@@ -128,7 +155,7 @@ def verdicts(claim_ids):
     """One table of the verdicts this session recorded on claim_ids (claim, what the
     seed says, ours, verdict, and why: the recorded cause): a cell records them with
     show=False, then ends with this. A claim that was not recorded (its measurement
-    was skipped) shows as not measured."""
+    was skipped, or withdrawn: then why is the withdrawal's) shows as not measured."""
     known = claims()
     table = []
     for claim_id in claim_ids:
@@ -139,7 +166,7 @@ def verdicts(claim_ids):
                 "says": claim["claim"],
                 "ours": found["ours"] if found else None,
                 "verdict": _verdict(found["agree"]) if found else NOT_MEASURED,
-                "why": found["cause"] if found else None,
+                "why": found["cause"] if found else _withdrawn.get(claim_id),
             }
         )
     columns = ["claim", ("says", "seed says"), "ours", "verdict", "why"]
@@ -158,6 +185,20 @@ def _write(path: Path, claim_id: str, entry: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     verdicts = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     verdicts[claim_id] = entry
+    _save(path, verdicts)
+
+
+def _remove(path: Path, claim_id: str) -> None:
+    """Take claim_id's entry out of the file at path; a file without one is left as
+    it is (none is created)."""
+    if not path.exists():
+        return
+    verdicts = json.loads(path.read_text(encoding="utf-8"))
+    if verdicts.pop(claim_id, None) is not None:
+        _save(path, verdicts)
+
+
+def _save(path: Path, verdicts: dict) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(
         json.dumps(verdicts, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
