@@ -34,13 +34,9 @@ What it changes from ``final``, and why:
   (``_cos_sin_of_turn``), not libdevice's sinf and cosf, whose reduction of large
   arguments is never needed here but bloats the kernel; the same arithmetic runs in
   Triton's interpreter.
-- the angles are computed on a flat range of the tile's (token, pair)s, once each, then
-  reshaped to (tokens, 1, pairs) and broadcast over the tile's heads. A (tokens, pairs)
-  tensor made by slicing the tile's ranges takes the tile's layout, in which every
-  thread that holds a head recomputes its pairs' angles: compiled for sm_90 at
-  4 x 2048 x 8 x 64, 8 fp64 divisions and 128 floors a thread and 2,272 PTX
-  instructions, against 2, 16 and 734 flat (``scripts/ptx_vectors.py --dump``). The
-  reshape costs a trip through shared memory (a few ``bar.sync``).
+- the angles are a 2-D (tokens, pairs) tensor, computed once each and then broadcast
+  over the tile's heads. Computed on the (tokens, heads, pairs) tile, each angle would
+  be recomputed for every head.
 - fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product.
 Everything else is ``final``'s: GQA, half-split or interleaved pairs (an interleaved
 row loaded and stored whole, split into its even and odd dims in registers), partial
@@ -187,23 +183,18 @@ def rope_angles_kernel(
     BLOCK_PASS: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(1)
-    t0 = tl.program_id(0) * BLOCK_T
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
     if WIDE:  # a tensor of 2**31 elements or more: offsets in int64
-        b, t0 = b.to(tl.int64), t0.to(tl.int64)
-    # The angles of the tile's (tokens, pairs), computed once each on a flat range: a
-    # tensor shaped like the tile's slice would take the tile's layout, in which every
-    # thread holding a head recomputes its pairs' angles (the PTX showed 8 to 16 times
-    # the work). Reshaped to (tokens, 1, pairs) after, which moves each angle to the
-    # threads of its heads once.
-    n = tl.arange(0, BLOCK_T * BLOCK_HALF)
-    t_flat, i_flat = t0 + n // BLOCK_HALF, n % BLOCK_HALF
+        b, t = b.to(tl.int64), t.to(tl.int64)
+    i = tl.arange(0, BLOCK_HALF)[None, :]
+    # The angles of a (tokens, pairs) tile, computed once each: a 2-D tensor has a
+    # layout of its own, so its values are not recomputed for every head they meet.
     if HAS_POSITIONS:
-        pos = tl.load(pos_ptr + b * spb + t_flat * spt, mask=t_flat < T, other=0)
-        pos = pos.to(tl.int64)
+        pos = tl.load(pos_ptr + b * spb + t * spt, mask=t < T, other=0).to(tl.int64)
     else:
-        pos = t_flat.to(tl.int64)
-    inv_freq = tl.load(inv_freq_ptr + i_flat * sf, mask=i_flat < HALF, other=0.0)
-    c = _turns_per_position(inv_freq)  # fp64
+        pos = t.to(tl.int64)
+    inv_freq = tl.load(inv_freq_ptr + i * sf, mask=i < HALF, other=0.0)
+    c = _turns_per_position(inv_freq)  # (1, pairs), fp64
     if FP64:
         turns = pos.to(tl.float64) * c
         turn = turns - tl.floor(turns + 0.5)
@@ -212,14 +203,13 @@ def rope_angles_kernel(
     else:
         hi, lo = _fraction_of_turns(c, pos)
         cos, sin = _cos_sin_of_turn(hi - tl.floor(hi + 0.5), lo)
-    valid = (pos >= 0) & (pos < MAX_POSITION) & (t_flat < T) & (i_flat < HALF)
-    cos = tl.reshape(tl.where(valid, cos, float("nan")), (BLOCK_T, 1, BLOCK_HALF))
-    sin = tl.reshape(tl.where(valid, sin, float("nan")), (BLOCK_T, 1, BLOCK_HALF))
+    valid = (pos >= 0) & (pos < MAX_POSITION) & (t < T) & (i < HALF)  # NaN outside
+    cos = tl.expand_dims(tl.where(valid, cos, float("nan")), 1)
+    sin = tl.expand_dims(tl.where(valid, sin, float("nan")), 1)
     if BACKWARD:
         sin = -sin
     # (tokens, heads, pairs) from here
-    t = t0 + tl.arange(0, BLOCK_T)[:, None, None]
-    i = tl.arange(0, BLOCK_HALF)[None, None, :]
+    t, i = t[:, :, None], tl.arange(0, BLOCK_HALF)[None, None, :]
     tok_mask = t < T
     q_tok, qo_tok = q_ptr + b * sqb + t * sqt, qo_ptr + b * sqob + t * sqot
     k_tok, ko_tok = k_ptr + b * skb + t * skt, ko_ptr + b * skob + t * skot
