@@ -34,9 +34,13 @@ What it changes from ``final``, and why:
   (``_cos_sin_of_turn``), not libdevice's sinf and cosf, whose reduction of large
   arguments is never needed here but bloats the kernel; the same arithmetic runs in
   Triton's interpreter.
-- the angles are a 2-D (tokens, pairs) tensor, computed once each and then broadcast
-  over the tile's heads. Computed on the (tokens, heads, pairs) tile, each angle would
-  be recomputed for every head.
+- the angles are a 2-D (tokens, pairs) tensor, broadcast over the tile's heads. Its
+  layout is a slice of the tile's: on 8B-like tiles (one token, 64 pairs) each thread
+  computes its own pairs' angles, but where a tile holds several tokens and few pairs
+  (D = 64, 8 heads), threads of other heads compute the same angles again (sm_90 PTX:
+  8 fp64 divisions a thread at 4 x 2048 x 8 x 64, for 32 pairs on 64 threads). A flat
+  range reshaped to the tile removed that there, but cost more where a tile holds many
+  tokens (the words computed per token): not kept.
 - fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product.
 Everything else is ``final``'s: GQA, half-split or interleaved pairs (an interleaved
 row loaded and stored whole, split into its even and odd dims in registers), partial
@@ -187,8 +191,7 @@ def rope_angles_kernel(
     if WIDE:  # a tensor of 2**31 elements or more: offsets in int64
         b, t = b.to(tl.int64), t.to(tl.int64)
     i = tl.arange(0, BLOCK_HALF)[None, :]
-    # The angles of a (tokens, pairs) tile, computed once each: a 2-D tensor has a
-    # layout of its own, so its values are not recomputed for every head they meet.
+    # The angles of a (tokens, pairs) tile, then broadcast over the tile's heads
     if HAS_POSITIONS:
         pos = tl.load(pos_ptr + b * spb + t * spt, mask=t < T, other=0).to(tl.int64)
     else:
