@@ -230,11 +230,12 @@ def test_record_updates_an_entry_and_keeps_the_others(tmp_path):
     )
 
 
-def test_withdraw_takes_a_claim_out_of_its_chapters_file_and_keeps_the_others(
+def test_withdraw_replaces_a_verdict_by_its_why_and_keeps_the_others(
     tmp_path, monkeypatch
 ):
-    """A claim whose runs are missing: its earlier verdict leaves the file, the ledger
-    shows it as not measured yet, and the chapter's other verdicts stay."""
+    """A claim whose runs are missing: its earlier verdict leaves the file, replaced by
+    the withdrawal's why; the ledger shows it as not measured yet, with that why, and
+    the chapter's other verdicts stay."""
     monkeypatch.setattr(ledger, "_recorded", {})
     monkeypatch.setattr(ledger, "_withdrawn", {})
     for claim_id in ("002-ch4-table", "002-ch5-table"):
@@ -243,33 +244,57 @@ def test_withdraw_takes_a_claim_out_of_its_chapters_file_and_keeps_the_others(
         )
     path = tmp_path / "09_the_plot_twist.json"
     before = json.loads(path.read_text(encoding="utf-8"))
-    ledger.withdraw(
-        "002-ch5-table", why="waiting for runs: seed-ch5-pair", out_dir=tmp_path
-    )
+    why = "waiting for runs: seed-ch5-pair"
+    ledger.withdraw("002-ch5-table", why=why, out_dir=tmp_path)
     after = json.loads(path.read_text(encoding="utf-8"))
-    assert after == {"002-ch4-table": before["002-ch4-table"]}
+    assert after["002-ch4-table"] == before["002-ch4-table"]
+    assert after["002-ch5-table"][ledger.WITHDRAWN] == why  # persisted, not dropped
+    assert not {"agree", "ours", "cause"} & after["002-ch5-table"].keys()
+    assert {"device", "ropetut commit"} <= after["002-ch5-table"].keys()
     by_id = {r["id"]: r for r in ledger.rows(verdicts=ledger.load_verdicts(tmp_path))}
     assert by_id["002-ch5-table"]["verdict"] == ledger.NOT_MEASURED
+    assert by_id["002-ch5-table"]["cause"] == why
+    assert by_id["002-ch5-table"]["ours"] == ""
     assert by_id["002-ch4-table"]["verdict"] == ledger.DISAGREE
     html = ledger.verdicts(["002-ch4-table", "002-ch5-table"])._repr_html_()
     assert html.count(ledger.NOT_MEASURED) == 1
-    assert "<td>waiting for runs: seed-ch5-pair</td>" in html
-    # withdrawn again, or a claim never recorded: nothing changes, no file is made
-    ledger.withdraw("002-ch5-table", why="w", out_dir=tmp_path)
-    assert json.loads(path.read_text(encoding="utf-8")) == after
-    ledger.withdraw("003-norm", why="w", out_dir=tmp_path)
-    assert not (tmp_path / "05_autograd_and_fusion.json").exists()
-    # recorded again: the withdrawal's why is gone
+    assert f"<td>{why}</td>" in html
+    # withdrawn again: the newer why replaces the older
+    ledger.withdraw("002-ch5-table", why="inconclusive: kernel", out_dir=tmp_path)
+    entry = json.loads(path.read_text(encoding="utf-8"))["002-ch5-table"]
+    assert entry[ledger.WITHDRAWN] == "inconclusive: kernel"
+    # recorded again: the withdrawal is gone, in the file and in the session
     ledger.record(
         "002-ch5-table", ours="y", agree=True, cause="d", out_dir=tmp_path, show=False
     )
+    entry = json.loads(path.read_text(encoding="utf-8"))["002-ch5-table"]
+    assert ledger.WITHDRAWN not in entry and entry["agree"] is True
     html = ledger.verdicts(["002-ch5-table"])._repr_html_()
     assert ledger.NOT_MEASURED not in html and "<td>d</td>" in html
+
+
+def test_a_withdrawn_claims_why_is_on_the_ledger_page(tmp_path, monkeypatch):
+    """The page reads the chapter's file: a claim withdrawn in an earlier session shows
+    as not measured yet, with its why under "why"."""
+    monkeypatch.setattr(ledger, "_recorded", {})
+    monkeypatch.setattr(ledger, "_withdrawn", {})
+    why = "inconclusive: harder-text-baseline"
+    ledger.withdraw("002-ch5-table", why=why, out_dir=tmp_path)  # none recorded before
+    monkeypatch.setattr(ledger, "_withdrawn", {})  # a later session: only the file
+    table = ledger.rows(verdicts=ledger.load_verdicts(tmp_path))
+    row = next(r for r in table if r["id"] == "002-ch5-table")
+    assert row["verdict"] == ledger.NOT_MEASURED and row["cause"] == why
+    html = ledger.page(table)._repr_html_()
+    seed002 = html.split("<caption>Seed 002</caption>")[1].split("</table>")[0]
+    assert f"<td>{why}</td>" in seed002
+    assert '<span class="verdict-' not in seed002  # no agree or disagree
 
 
 def test_withdraw_refuses_what_record_refuses_and_writes_nothing_on_cpu(
     tmp_path, monkeypatch
 ):
+    monkeypatch.setattr(ledger, "_recorded", {})
+    monkeypatch.setattr(ledger, "_withdrawn", {})
     with pytest.raises(KeyError, match="unknown seed claim"):
         ledger.withdraw("no-such-claim", why="w", out_dir=tmp_path)
     untested = {
@@ -281,7 +306,7 @@ def test_withdraw_refuses_what_record_refuses_and_writes_nothing_on_cpu(
     assert list(tmp_path.iterdir()) == []
     monkeypatch.delenv(ledger.LEDGER_DIR_ENV, raising=False)
     monkeypatch.setattr(ledger, "on_gpu", lambda: False)
-    monkeypatch.setattr(ledger, "_remove", lambda *a: pytest.fail("wrote on a CPU"))
+    monkeypatch.setattr(ledger, "_write", lambda *a: pytest.fail("wrote on a CPU"))
     ledger.withdraw("002-ch5-table", why="w")
 
 

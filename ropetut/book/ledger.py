@@ -16,10 +16,11 @@ never rewrites committed results. An explicit ``out_dir`` (or ``$ROPETUT_LEDGER_
 writes there on any device. ``record`` also shows the verdict (a one-row table), or
 keeps it silently (``show=False``) for ``verdicts``, which shows several in one table.
 A chapter whose measurement of a claim cannot be made yet (the runs it rests on are
-missing) calls ``ledger.withdraw(claim_id, why=...)`` instead: any verdict recorded
-earlier is taken out of the chapter's file, so the claim shows as not measured yet
-until a later run records it. The ledger page (``chapters/seed_ledger.ipynb``) reads
-both halves with ``rows`` and shows them with ``page``.
+missing, or cannot tell) calls ``ledger.withdraw(claim_id, why=...)`` instead: any
+verdict recorded earlier is replaced, in the chapter's file, by the withdrawal and its
+why, so the claim shows as not measured yet, with why, until a later run records it.
+The ledger page (``chapters/seed_ledger.ipynb``) reads both halves with ``rows`` and
+shows them with ``page``.
 """
 
 import json
@@ -37,6 +38,8 @@ LEDGER_DIR_ENV = "ROPETUT_LEDGER_DIR"
 AGREE, DISAGREE = "agree", "disagree"
 NOT_MEASURED = "not measured yet"
 NOT_TESTABLE = "not testable yet"
+# the key of a withdrawn claim's entry in a chapter's file: why it is not measured yet
+WITHDRAWN = "withdrawn"
 # the notebook the table of contents lists, unnumbered, as the appendix
 APPENDIX = "10_two_dsls"
 # an HTML id, as docutils writes a label's or heading's
@@ -118,15 +121,20 @@ def record(
 def withdraw(claim_id: str, *, why: str, out_dir=None) -> None:
     """Say that a chapter cannot measure a claim yet (why: in one line, such as the
     runs it rests on that are missing), and take back any verdict recorded on it
-    before: the claim's entry leaves the chapter's file, where ``record`` would write,
-    so the ledger shows it as not measured yet until a later run records it.
-    ``verdicts`` shows it as not measured yet, with ``why``. Returns None."""
+    before: in the chapter's file, where ``record`` would write, the claim's entry
+    becomes ``{"withdrawn": why}`` (with the run's device and commit), so the ledger
+    page shows it as not measured yet, with why, until a later run records it.
+    ``verdicts`` shows it the same way in the session. Returns None."""
     claim = _chapter_claim(claim_id)
     _recorded.pop(claim_id, None)
     _withdrawn[claim_id] = str(why)
     directory = output_dir(out_dir)
     if directory is not None:
-        _remove(directory / f"{claim['chapter']}.json", claim_id)
+        _write(
+            directory / f"{claim['chapter']}.json",
+            claim_id,
+            {WITHDRAWN: str(why), **_provenance()},
+        )
 
 
 def _chapter_claim(claim_id: str) -> dict:
@@ -188,16 +196,6 @@ def _write(path: Path, claim_id: str, entry: dict) -> None:
     _save(path, verdicts)
 
 
-def _remove(path: Path, claim_id: str) -> None:
-    """Take claim_id's entry out of the file at path; a file without one is left as
-    it is (none is created)."""
-    if not path.exists():
-        return
-    verdicts = json.loads(path.read_text(encoding="utf-8"))
-    if verdicts.pop(claim_id, None) is not None:
-        _save(path, verdicts)
-
-
 def _save(path: Path, verdicts: dict) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(
@@ -208,7 +206,8 @@ def _save(path: Path, verdicts: dict) -> None:
 
 
 def load_verdicts(directory=LEDGER_DIR) -> dict:
-    """Every recorded verdict, by claim id, from all the chapter files in directory."""
+    """Every recorded verdict, by claim id, from all the chapter files in directory;
+    a withdrawn claim's entry holds ``WITHDRAWN`` (its why) in place of a verdict."""
     verdicts = {}
     for path in sorted(Path(directory).glob("*.json")):
         for claim_id, entry in json.loads(path.read_text(encoding="utf-8")).items():
@@ -223,13 +222,16 @@ def rows(claims_data=None, verdicts=None) -> list:
     table = []
     for claim in claims_data["claims"]:
         found = verdicts.get(claim["id"])
+        why = found.get(WITHDRAWN) if found else None
+        if why is not None:  # withdrawn: not measured yet, and why
+            found = {"cause": why, "ours": "", "device": found.get("device", "")}
         if claim.get("chapter") is None:
             issue = claim["issue"]
             verdict = (
                 f"{NOT_TESTABLE} — open issue {issue} of this project "
                 f"({claims_data['issues'][str(issue)]})"
             )
-        elif found is None:
+        elif found is None or why is not None:
             verdict = NOT_MEASURED
         else:
             verdict = AGREE if found["agree"] else DISAGREE
