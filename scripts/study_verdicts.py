@@ -19,13 +19,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ropetut.training.train import load_runs  # noqa: E402
-from ropetut.training.verdicts import comparison_verdicts, one_device  # noqa: E402
+from ropetut.training.verdicts import comparison_verdicts  # noqa: E402
 
 
 def table(runs, margins) -> str:
     rows, missing = comparison_verdicts(runs, margins)
     commits = sorted({r["environment"]["ropetut commit"] for r in runs})
-    device = one_device(runs) if runs else "no device (no runs yet)"
+    names = sorted({r["environment"]["device"] for r in runs})
+    device = " and ".join(names) if runs else "no device (no runs yet)"
     lines = [
         f"# Issue 27's verdicts so far ({len(runs)} runs)",
         "",

@@ -75,11 +75,44 @@ def test_the_seeds_gap_is_larger_or_smaller_outside_a_factor_of_two(seed_gap, wo
     assert rows[0]["seed_gap"]["verdict"] == word
 
 
-def test_runs_from_two_devices_are_refused():
+def test_the_seeds_gap_of_the_other_sign_is_opposite_not_smaller():
+    margins = dict(MARGINS, comparisons=[
+        dict(MARGINS["comparisons"][0], seed_relative_gap=-0.5)
+    ])  # fmt: skip
+    rows, _ = verdicts.comparison_verdicts(study(), margins)
+    assert rows[0]["seed_gap"]["verdict"] == "opposite sign"
+    runs = [  # B now lower than A by half: the seed's -0.5 comes back
+        dict(r, final={"loss": 1.0 + 0.5 * (r["final"]["loss"] - 3.0)})
+        if r["name"] == "B" else r
+        for r in study()
+    ]  # fmt: skip
+    rows, _ = verdicts.comparison_verdicts(runs, margins)
+    assert rows[0]["seed_gap"]["verdict"] == "come back"
+
+
+def test_a_comparison_whose_runs_come_from_two_devices_is_refused():
     runs = study()
     runs[0] = dict(runs[0], environment={"device": "GPU Y", "ropetut commit": "abc"})
-    with pytest.raises(ValueError, match="devices"):
+    with pytest.raises(ValueError, match="'gap'.*devices"):
         verdicts.comparison_verdicts(runs, MARGINS)
+
+
+def test_comparisons_on_different_devices_are_each_judged():
+    """A study run on another GPU (the seed's regime, say) leaves the others be."""
+    elsewhere = [dict(r, name="D", environment={"device": "GPU Y",
+                                                "ropetut commit": "abc"})
+                 for r in study() if r["name"] == "A"]  # fmt: skip
+    margins = dict(MARGINS, comparisons=MARGINS["comparisons"] + [
+        {"id": "d-only", "study": "s", "a": "D", "b": "D", "measure": "val_loss",
+         "margin": "config"},
+    ])  # fmt: skip
+    margins["comparisons"] = [c for c in margins["comparisons"] if c["id"] != "unrun"]
+    rows, missing = verdicts.comparison_verdicts(study() + elsewhere, margins)
+    assert missing == []
+    by_id = {r["id"]: r["device"] for r in rows}
+    assert by_id == {"gap": "GPU X", "same": "GPU X", "speed": "GPU X",
+                     "d-only": "GPU Y"}  # fmt: skip
+    assert verdicts.devices(study() + elsewhere) == {None: ["GPU X", "GPU Y"]}
 
 
 def test_a_seed_run_twice_is_refused():

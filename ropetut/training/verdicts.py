@@ -8,7 +8,8 @@ comparison whose two configurations have runs: the paired interval and verdict o
 ``stats.verdict``, and for a comparison with the seed's own gap the unit-free one. A
 comparison whose runs are missing, whose two configurations do not share their seeds,
 or that has fewer seeds than the rule asks for its study (``MIN_SEEDS``), is left out:
-``missing`` says which. Nothing here trains.
+``missing`` says which. A comparison's runs must share one device; two comparisons
+need not (the seed's regime may run on another GPU). Nothing here trains.
 """
 
 import math
@@ -59,14 +60,32 @@ def one_device(runs: list) -> str:
     return devices.pop()
 
 
+def devices(runs: list) -> dict:
+    """{study: the sorted devices its runs ran on}: studies may run on different GPUs;
+    each comparison checks its own runs (``comparison_verdicts``)."""
+    found = {}
+    for run in runs:
+        found.setdefault(run.get("study"), set()).add(run["environment"]["device"])
+    return {study: sorted(names) for study, names in found.items()}
+
+
 def seed_gap(a: dict, b: dict, seed_relative_gap: float) -> dict:
     """The unit-free comparison with the seed: (b - a) / a seed by seed, its mean and
-    95 % t interval, and where that interval lies against the seed's gap."""
+    95 % t interval, and where that interval lies against the seed's gap: "come back"
+    (it overlaps [gap / 2, 2 x gap]), "smaller" or "larger" (wholly below or above that
+    band, on the seed's side of 0), or "opposite sign" (wholly on the other side of
+    0)."""
     gaps = {seed: (b[seed] - a[seed]) / a[seed] for seed in a}
     zeros = dict.fromkeys(gaps, 0.0)
     interval = stats.paired_difference(zeros, gaps)
     low, high = seed_relative_gap / SEED_GAP_FACTOR, seed_relative_gap * SEED_GAP_FACTOR
-    if interval["high"] < low:
+    if seed_relative_gap < 0:  # the band [2 x gap, gap / 2] of a negative gap
+        low, high = high, low
+    if (seed_relative_gap > 0 and interval["high"] < 0) or (
+        seed_relative_gap < 0 and interval["low"] > 0
+    ):
+        word = "opposite sign"
+    elif interval["high"] < low:
         word = "smaller"
     elif interval["low"] > high:
         word = "larger"
@@ -78,9 +97,8 @@ def seed_gap(a: dict, b: dict, seed_relative_gap: float) -> dict:
 def comparison_verdicts(runs: list, margins: dict) -> tuple[list, list]:
     """(rows, missing): a row per comparison with runs of both configurations on the
     same seeds, at least its study's ``MIN_SEEDS``, in the margins file's order; the
-    ids of the others. Every run must come from one device."""
-    if runs:
-        one_device(runs)
+    ids of the others. Each comparison's runs must come from one device (ValueError
+    if not), which the row names; other comparisons may use another."""
     rows, missing = [], []
     alpha = margins["rule"]["alpha"]
     for c in margins["comparisons"]:
@@ -90,8 +108,14 @@ def comparison_verdicts(runs: list, margins: dict) -> tuple[list, list]:
         if a.keys() != b.keys() or len(a) < enough:
             missing.append(c["id"])
             continue
+        mine = [r for r in runs if r["name"] in (c["a"], c["b"])]
+        try:
+            device = one_device(mine)
+        except ValueError as error:
+            raise ValueError(f"comparison {c['id']!r}: {error}") from None
         margin = margins["margins"][c["margin"]]["margin"]
-        row = dict(c, seeds=len(a), **stats.verdict(a, b, margin, alpha))
+        row = dict(c, seeds=len(a), device=device)
+        row.update(stats.verdict(a, b, margin, alpha))
         if "seed_relative_gap" in c:
             row["seed_gap"] = seed_gap(a, b, c["seed_relative_gap"])
         rows.append(row)
