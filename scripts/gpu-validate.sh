@@ -20,9 +20,12 @@
 #             torch 2.11 is built for Triton 3.6, so torch.compile tests may fail there for
 #             reasons outside ropetut: compare with the tests step's counts.
 #   study     issue 27's training runs (results/training_h100/STUDY_PLAN.md): STUDIES (e.g.
-#             "budget") and SEEDS (default "0 1 2 3 4") trained into /tmp/study beside the
-#             committed results/training_h100/study/*.json, which the runner skips, for at
-#             most STUDY_SECONDS (default 520); every run there, old and new, comes back as
+#             "budget", or with a study's own seeds "seed_regime:0,1,2 budget:4") and SEEDS
+#             (default "0 1 2 3 4") trained into /tmp/study beside the committed
+#             results/training_h100/study/*.json, which the runner skips, for at most
+#             STUDY_SECONDS (default 520); on every GPU at once (GPUS: how many, default
+#             all), the (study, seed) pairs dealt to them in turn, each GPU's log in
+#             $OUT/study-gpu<i>.log; every run there, old and new, comes back as
 #             $OUT/study.tgz: unpack it into results/training_h100/study/, then run
 #             scripts/study_verdicts.py. A study stopped by the time (the runner says how
 #             many runs are left) is simply called again
@@ -183,24 +186,66 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
 }
 step tests suite
 study() {
-  local end=$((SECONDS + ${STUDY_SECONDS:-520})) left name
+  local end=$(($(date +%s) + ${STUDY_SECONDS:-520})) gpus entry name seeds seed i n=0
+  local status=0 pids=() jobs=() packer
   if [[ -z "${STUDIES:-}" ]]; then
     echo "study: set STUDIES, e.g. STUDIES=budget" >&2
     return 1
   fi
   mkdir -p /tmp/study
   cp -n results/training_h100/study/*.json /tmp/study/ 2>/dev/null || true
-  for name in $STUDIES; do   # one study a call is the plan: see STUDY_PLAN.md
-    left=$((end - SECONDS))
+  gpus=${GPUS:-$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')}
+  # (study, seed) pairs dealt to the GPUs in turn: each seed's runs on one GPU, so a
+  # paired comparison (by seed) never compares two GPUs
+  for entry in $STUDIES; do
+    name=${entry%%:*} seeds=${SEEDS:-0 1 2 3 4}
+    [[ $entry != *:* ]] || seeds=${entry#*:}
+    for seed in ${seeds//,/ }; do
+      jobs[n % gpus]+="$name:$seed "
+      n=$((n + 1))
+    done
+  done
+  for ((i = 0; i < gpus; i++)); do
+    [[ -n "${jobs[i]:-}" ]] || continue
+    echo "study: GPU $i: ${jobs[i]}"
+    # shellcheck disable=SC2086
+    study_on_gpu "$i" "$end" ${jobs[i]} > "${OUT:-/tmp}/study-gpu$i.log" 2>&1 &
+    pids+=($!)
+  done
+  # the archive refreshed while they train: a call cut short still returns what finished
+  (while sleep 20; do pack_study; done) &
+  packer=$!
+  for i in "${!pids[@]}"; do
+    wait "${pids[i]}" || status=1
+  done
+  kill "$packer"
+  wait "$packer" 2>/dev/null || true
+  pack_study
+  for ((i = 0; i < gpus; i++)); do
+    [[ ! -f "${OUT:-/tmp}/study-gpu$i.log" ]] || tail -n 12 "${OUT:-/tmp}/study-gpu$i.log"
+  done
+  return $status
+}
+pack_study() {  # every run in /tmp/study, old and new, as $OUT/study.tgz (replaced whole)
+  [[ -z "${OUT:-}" ]] || (cd /tmp/study && tar -czf "$OUT/.study.$BASHPID.tgz" -- *.json \
+    && mv "$OUT/.study.$BASHPID.tgz" "$OUT/study.tgz")
+}
+study_on_gpu() {  # GPU END STUDY:SEED...: one runner a study, with that study's seeds
+  local gpu=$1 end=$2 name pair left seeds
+  shift 2
+  for name in $(printf '%s\n' "${@%%:*}" | uniq); do
+    seeds=()
+    for pair in "$@"; do
+      [[ ${pair%%:*} != "$name" ]] || seeds+=("${pair#*:}")
+    done
+    left=$((end - $(date +%s)))
     if (( left <= 30 )); then
       echo "study: no time left for $name" >&2
       return 1
     fi
-    # shellcheck disable=SC2086
-    python3 -m ropetut train --study "$name" --seeds ${SEEDS:-0 1 2 3 4} --out /tmp/study \
+    CUDA_VISIBLE_DEVICES=$gpu python3 -m ropetut train --study "$name" \
+      --seeds "${seeds[@]}" --out /tmp/study \
       --max-minutes "$(python3 -c "print($left / 60)")" || return 1
-    # after each study: a call cut short still returns the runs of the ones before
-    [[ -z "${OUT:-}" ]] || (cd /tmp/study && tar -czf "$OUT/study.tgz" -- *.json)
   done
 }
 step study study
