@@ -194,6 +194,8 @@ study() {
   fi
   mkdir -p /tmp/study
   cp -n results/training_h100/study/*.json /tmp/study/ 2>/dev/null || true
+  # runs kept out of the chapter's folder until chapter 09 is re-executed (results/pending)
+  cp -n results/pending/training_h100_study/*.json /tmp/study/ 2>/dev/null || true
   gpus=${GPUS:-$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')}
   # (study, seed) pairs dealt to the GPUs in turn: each seed's runs on one GPU, so a
   # paired comparison (by seed) never compares two GPUs
