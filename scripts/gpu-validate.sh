@@ -24,11 +24,12 @@
 #             (default "0 1 2 3 4") trained into /tmp/study beside the committed
 #             results/training_h100/study/*.json, which the runner skips, for at most
 #             STUDY_SECONDS (default 520); on every GPU at once (GPUS: how many, default
-#             all), the (study, seed) pairs dealt to them in turn, each GPU's log in
-#             $OUT/study-gpu<i>.log; every run there, old and new, comes back as
-#             $OUT/study.tgz: unpack it into results/training_h100/study/, then run
-#             scripts/study_verdicts.py. A study stopped by the time (the runner says how
-#             many runs are left) is simply called again
+#             all), the (study, seed) pairs dealt to them in turn, the GPUs' logs in
+#             $OUT/study-gpus.log; every run there, old and new, comes back as
+#             $OUT/study.tgz: unpack it as results/training_h100/STUDY_PLAN.md says (into
+#             study/ only with chapter 09 re-executed), then run scripts/study_verdicts.py.
+#             A study stopped by the time (the runner says how many runs are left) is
+#             simply called again
 #   hf        scripts/hf_step_time.py -> results/hf_dropin_<h100|h200>.json (to $OUT): the
 #             Hugging Face drop-in against unpatched transformers and Liger on 8B-like stacks;
 #             installs .hf-wheels/ (scripts/hf-wheels.sh: transformers) into /tmp/site first,
@@ -186,19 +187,26 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
 }
 step tests suite
 study() {
-  local end=$(($(date +%s) + ${STUDY_SECONDS:-520})) gpus entry name seeds seed i n=0
-  local status=0 pids=() jobs=() packer
+  local end=$(($(date +%s) + ${STUDY_SECONDS:-520})) count gpus entry name seeds seed i
+  local n=0 status=0 pids=() jobs=() visible=() packer
   if [[ -z "${STUDIES:-}" ]]; then
     echo "study: set STUDIES, e.g. STUDIES=budget" >&2
     return 1
   fi
-  mkdir -p /tmp/study
+  mkdir -p /tmp/study /tmp/study-logs
   cp -n results/training_h100/study/*.json /tmp/study/ 2>/dev/null || true
   # runs kept out of the chapter's folder until chapter 09 is re-executed (results/pending)
   cp -n results/pending/training_h100_study/*.json /tmp/study/ 2>/dev/null || true
-  gpus=${GPUS:-$(python3 -c 'import torch; print(max(1, torch.cuda.device_count()))')}
+  count=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+  gpus=${GPUS:-$count}
+  if (( gpus < 1 || gpus > count )); then
+    echo "study: GPUS=$gpus, but this machine has $count GPU(s)" >&2
+    return 1
+  fi
+  # the GPUs as the machine numbers them, where CUDA_VISIBLE_DEVICES already picks some
+  IFS=, read -r -a visible <<< "${CUDA_VISIBLE_DEVICES:-}"
   # (study, seed) pairs dealt to the GPUs in turn: each seed's runs on one GPU, so a
-  # paired comparison (by seed) never compares two GPUs
+  # paired comparison (by seed) compares no two GPUs within a call
   for entry in $STUDIES; do
     name=${entry%%:*} seeds=${SEEDS:-0 1 2 3 4}
     [[ $entry != *:* ]] || seeds=${entry#*:}
@@ -211,11 +219,12 @@ study() {
     [[ -n "${jobs[i]:-}" ]] || continue
     echo "study: GPU $i: ${jobs[i]}"
     # shellcheck disable=SC2086
-    study_on_gpu "$i" "$end" ${jobs[i]} > "${OUT:-/tmp}/study-gpu$i.log" 2>&1 &
+    study_on_gpu "${visible[i]:-$i}" "$end" ${jobs[i]} > "/tmp/study-logs/gpu$i.log" 2>&1 &
     pids+=($!)
   done
-  # the archive refreshed while they train: a call cut short still returns what finished
-  (while sleep 20; do pack_study; done) &
+  # the archive and the logs refreshed while they train: a call cut short still returns
+  # what finished
+  (while sleep 20; do pack_study; done) > /dev/null 2>&1 &
   packer=$!
   for i in "${!pids[@]}"; do
     wait "${pids[i]}" || status=1
@@ -223,31 +232,39 @@ study() {
   kill "$packer"
   wait "$packer" 2>/dev/null || true
   pack_study
-  for ((i = 0; i < gpus; i++)); do
-    [[ ! -f "${OUT:-/tmp}/study-gpu$i.log" ]] || tail -n 12 "${OUT:-/tmp}/study-gpu$i.log"
+  for log in /tmp/study-logs/gpu*.log; do
+    echo "-- $log" && tail -n 12 "$log"
   done
   return $status
 }
-pack_study() {  # every run in /tmp/study, old and new, as $OUT/study.tgz (replaced whole)
-  [[ -z "${OUT:-}" ]] || (cd /tmp/study && tar -czf "$OUT/.study.$BASHPID.tgz" -- *.json \
-    && mv "$OUT/.study.$BASHPID.tgz" "$OUT/study.tgz")
+pack_study() {  # /tmp/study's runs, old and new, as $OUT/study.tgz; the logs as one file
+  [[ -n "${OUT:-}" ]] || return 0
+  (
+    flock 9
+    tail -n +1 /tmp/study-logs/gpu*.log > "$OUT/study-gpus.log" 2>/dev/null
+    cd /tmp/study && tar -czf "$OUT/.study.tgz" -- *.json \
+      && mv "$OUT/.study.tgz" "$OUT/study.tgz"
+    rm -f "$OUT/.study.tgz"
+  ) 9> /tmp/study-pack.lock
 }
 study_on_gpu() {  # GPU END STUDY:SEED...: one runner a study, with that study's seeds
   local gpu=$1 end=$2 name pair left seeds
   shift 2
-  for name in $(printf '%s\n' "${@%%:*}" | uniq); do
+  for name in $(printf '%s\n' "${@%%:*}" | awk '!seen[$0]++'); do
     seeds=()
     for pair in "$@"; do
       [[ ${pair%%:*} != "$name" ]] || seeds+=("${pair#*:}")
     done
     left=$((end - $(date +%s)))
-    if (( left <= 30 )); then
-      echo "study: no time left for $name" >&2
+    # a runner starts its first run whatever time is left: start a study only with time
+    # for the longest run (STUDY_RUN_SECONDS, the seed regime's 3.5 minutes)
+    if (( left < ${STUDY_RUN_SECONDS:-210} )); then
+      echo "study: no time left for $name on GPU $gpu" >&2
       return 1
     fi
-    CUDA_VISIBLE_DEVICES=$gpu python3 -m ropetut train --study "$name" \
-      --seeds "${seeds[@]}" --out /tmp/study \
-      --max-minutes "$(python3 -c "print($left / 60)")" || return 1
+    PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=$gpu python3 -m ropetut train \
+      --study "$name" --seeds $(printf '%s\n' "${seeds[@]}" | awk '!seen[$0]++') \
+      --out /tmp/study --max-minutes "$(python3 -c "print($left / 60)")" || return 1
   done
 }
 step study study

@@ -61,10 +61,12 @@ def tile(text):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--modes", nargs="+", default=list(bench.MODES))
-    parser.add_argument("--tiles", nargs="+", type=tile)
+    parser.add_argument("--tiles", nargs="+", type=tile)  # (a repeat is timed twice)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--turns", choices=("division", "product"), default="division")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats: at least 1, got {args.repeats}")
     if not on_gpu():
         print(NO_GPU)
         return
