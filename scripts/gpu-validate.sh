@@ -188,7 +188,7 @@ print(f"commit {commit()} | {torch.cuda.get_device_name()} | torch {torch.__vers
 step tests suite
 study() {
   local end=$(($(date +%s) + ${STUDY_SECONDS:-520})) count gpus entry name seeds seed i
-  local n=0 status=0 pids=() jobs=() visible=() packer
+  local n=0 status=0 pids=() jobs=() visible=() packer log
   if [[ -z "${STUDIES:-}" ]]; then
     echo "study: set STUDIES, e.g. STUDIES=budget" >&2
     return 1
@@ -263,7 +263,7 @@ study_on_gpu() {  # GPU END STUDY:SEED...: one runner a study, with that study's
       return 1
     fi
     PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=$gpu python3 -m ropetut train \
-      --study "$name" --seeds $(printf '%s\n' "${seeds[@]}" | awk '!seen[$0]++') \
+      --study "$name" --seeds "${seeds[@]}" \
       --out /tmp/study --max-minutes "$(python3 -c "print($left / 60)")" || return 1
   done
 }
