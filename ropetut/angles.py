@@ -12,32 +12,28 @@ operators of ``ropetut.angles_op``.
 import torch
 
 from .angles_op import check_angle_args, rope_angles_traced, rotate_angles
+from .autograd import save_for_backward, saved_tensors
 
 
 class AnglesFunction(torch.autograd.Function):
     """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None; inv_freq: (rotary_dim/2,);
     options: (positions, interleaved, rotary_dim, inplace, backward). Returns q_out or
-    (q_out, k_out). No gradient flows to inv_freq or positions."""
+    (q_out, k_out). No gradient flows to inv_freq or positions; both are saved, so a
+    write to one in place before the backward raises there."""
 
     @staticmethod
     def forward(ctx, q, k, inv_freq, options):
         q_out, k_out = rotate_angles(q, k, inv_freq, options)
         if options[3]:  # in place
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
-        # saved: a write to inv_freq before the backward raises there. An inference
-        # tensor cannot be saved, nor written outside torch.inference_mode(): kept.
-        if inv_freq.is_inference():
-            ctx.inv_freq = inv_freq
-        else:
-            ctx.save_for_backward(inv_freq)
+        save_for_backward(ctx, inv_freq, options[0])
         ctx.options = options
         return q_out if k is None else (q_out, k_out)
 
     @staticmethod
     def backward(ctx, dq, dk=None):
-        saved = ctx.saved_tensors
-        inv_freq = saved[0] if saved else ctx.inv_freq
-        positions, interleaved, rotary_dim, _, backward = ctx.options
+        inv_freq, positions = saved_tensors(ctx)
+        _, interleaved, rotary_dim, _, backward = ctx.options
         back = (positions, interleaved, rotary_dim, False, not backward)
         if torch.is_grad_enabled():  # create_graph=True: differentiable, through here
             grads = AnglesFunction.apply(dq, dk, inv_freq, back)

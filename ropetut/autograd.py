@@ -23,11 +23,39 @@ from .validate import check_rope_args
 EARLY_GRADS_BYTES = 2**20
 
 
+def _is_inference(t):
+    return t is not None and t.is_inference()
+
+
+def save_for_backward(ctx, *tensors):
+    """``ctx.save_for_backward(*tensors)`` (None entries too), so that a write in place
+    to one of them between the forward and the backward raises there, as for torch's
+    own ops. An inference tensor (made under ``torch.inference_mode()``, as tables built
+    there are) cannot be saved, nor written outside inference mode: it is kept on ctx.
+    ``saved_tensors`` gives them all back, in order."""
+    ctx.kept = None
+    for t in tensors:  # (a loop: any(map(...)) costs more host time, on every call)
+        if t is not None and t.is_inference():
+            ctx.kept = [x if _is_inference(x) else None for x in tensors]
+            tensors = [None if _is_inference(x) else x for x in tensors]
+            break
+    ctx.save_for_backward(*tensors)
+
+
+def saved_tensors(ctx):
+    """The tensors given to ``save_for_backward``."""
+    saved = ctx.saved_tensors
+    if ctx.kept is None:
+        return saved
+    return tuple(s if kept is None else kept for s, kept in zip(saved, ctx.kept))
+
+
 class RopeFunction(torch.autograd.Function):
     """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None, any strides; ``options``: a
     ``RopeOptions``, one argument rather than nine (``apply``'s host time grows with its
     number of arguments). Returns q_out, or (q_out, k_out). No gradient flows to the
-    tables.
+    tables. The tables and positions are saved, so a write to one in place before the
+    backward raises there.
 
     The backward is the same kernel turning by -theta. With ``create_graph=True`` it
     goes through this Function again, so it is differentiable too: the second derivative
@@ -47,6 +75,7 @@ class RopeFunction(torch.autograd.Function):
         if options.inplace:
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
         cos, sin, positions, interleaved, rotary_dim, _, kernel, _, backward = options
+        save_for_backward(ctx, cos, sin, positions)
         # the backward's options are made only where it needs them
         ctx.options = options
         ctx.prepared = ctx.grads = None
@@ -76,6 +105,7 @@ class RopeFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dq, dk=None):
         options = ctx.options
+        cos, sin, positions = saved_tensors(ctx)
         prepared = (
             ctx.prepared is not None
             and not torch.is_grad_enabled()
@@ -83,7 +113,12 @@ class RopeFunction(torch.autograd.Function):
         )
         if not prepared:  # the turn back, out of place, by the registry's ordinary path
             back = options._replace(
-                inplace=False, check_positions=False, backward=not options.backward
+                cos=cos,
+                sin=sin,
+                positions=positions,
+                inplace=False,
+                check_positions=False,
+                backward=not options.backward,
             )
             if torch.is_grad_enabled():
                 # create_graph=True: through this Function again, so the gradient is
@@ -95,7 +130,6 @@ class RopeFunction(torch.autograd.Function):
         grads, ctx.grads = ctx.grads, None
         if grads is None:  # dense, with dq's strides, as the prepared launch expects
             grads = (torch.empty_like(dq), None if dk is None else torch.empty_like(dk))
-        cos, sin, positions, interleaved, rotary_dim = options[:5]
         options.kernel.launch(
             dq,
             dk,
@@ -103,8 +137,8 @@ class RopeFunction(torch.autograd.Function):
             sin,
             *grads,
             positions=positions,
-            interleaved=interleaved,
-            rotary_dim=rotary_dim,
+            interleaved=options.interleaved,
+            rotary_dim=options.rotary_dim,
             backward=True,
             prepared=ctx.prepared,
         )

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .autograd import save_for_backward, saved_tensors
 from .qk_norm_op import (
     QKNormOptions,
     check_qk_norm_args,
@@ -27,7 +28,8 @@ from .tables import PRESETS, rope_tables
 class QKNormRopeFunction(torch.autograd.Function):
     """q: (B, T, Hq, D), k: (B, T, Hkv, D), any strides; w_q, w_k: (D,); ``options``: a
     ``QKNormOptions`` (out of place: in place has no backward). Returns (q_out, k_out).
-    Saves q, k and the weights; the backward recomputes the norm from them (see
+    Saves q, k, the weights, the tables and positions (a write to one in place before
+    the backward raises there); the backward recomputes the norm from them (see
     ``ropetut/kernels/qk_norm_rope.py``). Differentiable once.
 
     The forward computes the backward's launch key ahead (``prepare_backward``), for
@@ -36,7 +38,8 @@ class QKNormRopeFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, w_q, w_k, options: QKNormOptions):
-        ctx.save_for_backward(q, k, w_q, w_k)
+        rope = options.rope
+        save_for_backward(ctx, q, k, w_q, w_k, rope.cos, rope.sin, rope.positions)
         ctx.options = options
         q_out, k_out = norm_rotate(q, k, w_q, w_k, options)
         ctx.grad_layout = (q_out.stride(), k_out.stride(), q_out.dtype, k_out.dtype)
@@ -46,10 +49,12 @@ class QKNormRopeFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dq_out, dk_out):
-        q, k, w_q, w_k = ctx.saved_tensors
+        q, k, w_q, w_k, cos, sin, positions = saved_tensors(ctx)
+        rope = ctx.options.rope._replace(cos=cos, sin=sin, positions=positions)
+        options = ctx.options._replace(rope=rope)
         layout = (dq_out.stride(), dk_out.stride(), dq_out.dtype, dk_out.dtype)
         key = ctx.backward_key if layout == ctx.grad_layout else None
-        grads = norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, ctx.options, key)
+        grads = norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, options, key)
         return (*grads, None)
 
 

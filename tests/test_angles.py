@@ -298,6 +298,22 @@ def test_inv_freq_is_saved_for_the_backward():
         out.backward(dq)
 
 
+def test_positions_are_saved_for_the_backward():
+    """As inv_freq: a write to positions between the forward and the backward raises;
+    positions made under inference mode are kept, and give the same gradient."""
+    inv_freq, _ = scaling.default(16, device=DEV)
+    positions = torch.tensor([3, 0, 7, 1, 2], device=DEV)
+    with torch.inference_mode():
+        frozen = positions.clone()
+    q, dq = randn(1, 5, 2, 16).requires_grad_(), randn(1, 5, 2, 16)
+    grads = [torch.autograd.grad(apply_rope_angles(q, None, inv_freq, positions=p), q,
+                                 dq)[0] for p in (positions, frozen)]  # fmt: skip
+    assert torch.equal(grads[0], grads[1])
+    out = apply_rope_angles(q, None, inv_freq, positions=positions)
+    positions.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward(dq)
+
 def test_strided_and_fp64_frequencies():
     """inv_freq with a stride (every other entry of a buffer) or in fp64: the kernel
     reads it as it is, and turns as by the contiguous fp32 copy of the same values."""

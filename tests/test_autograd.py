@@ -221,3 +221,39 @@ def test_in_place_with_grad_matches_out_of_place():
         q, k = ropetut.apply_rope(q, k, cos, sin, inplace=inplace)
         grads.append(torch.autograd.grad((torch.cat([q, k], 2) * w).sum(), x)[0])
     assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["prepared", "ordinary"])
+@pytest.mark.parametrize("written", ["cos", "positions"])
+def test_tables_and_positions_are_saved_for_the_backward(written, transposed):
+    """A write to cos or positions between the forward and the backward raises there,
+    as for any tensor autograd saved (the backward would turn by other angles), on both
+    of the backward's paths: gradients laid out like the outputs (the launch prepared
+    in the forward) and otherwise."""
+    q, dq = randn(1, 3, 2, 8).requires_grad_(), randn(1, 3, 2, 8)
+    if transposed:  # the same values, with other strides
+        dq = dq.transpose(1, 2).contiguous().transpose(1, 2)
+    cos, sin = tables(8, 6)
+    positions = torch.tensor([2, 0, 5], device=ropetut.DEVICE)
+    out = ropetut.apply_rope(q, None, cos, sin, positions=positions)
+    {"cos": cos, "positions": positions}[written].add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward(dq)
+
+
+def test_inference_tables_and_positions_are_kept():
+    """Tables and positions made under torch.inference_mode() cannot be saved, nor
+    written outside it: they are kept, and give the gradient normal tensors give. The
+    others are still saved: with inference tables, a write to positions raises."""
+    q, dq = randn(1, 3, 2, 8).requires_grad_(), randn(1, 3, 2, 8)
+    cos, sin = tables(8, 6)
+    positions = torch.tensor([2, 0, 5], device=ropetut.DEVICE)
+    with torch.inference_mode():
+        frozen = cos.clone(), sin.clone(), positions.clone()
+    grads = [torch.autograd.grad(ropetut.apply_rope(q, None, c, s, positions=p), q,
+                                 dq)[0] for c, s, p in ((cos, sin, positions), frozen)]
+    assert torch.equal(grads[0], grads[1])
+    out = ropetut.apply_rope(q, None, *frozen[:2], positions=positions)
+    positions.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward(dq)

@@ -714,6 +714,37 @@ def test_gradients_laid_out_otherwise_than_the_outputs():
         assert relative_error(g, e) <= GRAD_TOLERANCE[g.dtype], name
 
 
+@pytest.mark.parametrize("written", ["cos", "positions"])
+def test_tables_and_positions_are_saved_for_the_backward(written):
+    """As q, k and the weights: a write to cos or positions between the forward and
+    the backward raises there, instead of a backward that turns by other angles."""
+    q, k, w_q, w_k, cos, sin, opts = make_case("positions (T,)")
+    q.requires_grad_()
+    q_out, k_out = ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin, **opts)
+    {"cos": cos, "positions": opts["positions"]}[written].add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.backward((q_out, k_out), (randn(*q.shape), randn(*k.shape)))
+
+
+def test_inference_tables_and_positions_are_kept():
+    """Tables and positions made under torch.inference_mode() cannot be saved, nor
+    written outside it: they are kept, and give the gradients normal tensors give."""
+    q, k, w_q, w_k, cos, sin, opts = make_case("positions (T,)")
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    grads_out = randn(*q.shape), randn(*k.shape)
+    with torch.inference_mode():
+        frozen = cos.clone(), sin.clone(), opts["positions"].clone()
+    got = [
+        _grads_of(
+            lambda *x: ropetut.apply_qk_norm_rope(*x, c, s, positions=p),
+            inputs,
+            grads_out,
+        )
+        for c, s, p in ((cos, sin, opts["positions"]), frozen)
+    ]
+    for name, g, e in zip(NAMES[2:], *got):
+        assert torch.equal(g, e), name
+
 def test_a_backward_key_with_tuning_overrides_is_refused():
     """A key from ``backward_key`` holds no tuning: with overrides it would launch the
     plan of another tuning, so the launcher refuses the pair before launching."""
