@@ -193,10 +193,6 @@ def _write(path: Path, claim_id: str, entry: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     verdicts = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     verdicts[claim_id] = entry
-    _save(path, verdicts)
-
-
-def _save(path: Path, verdicts: dict) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(
         json.dumps(verdicts, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
