@@ -1,0 +1,93 @@
+"""Where the fused QK-norm's forward+backward host time goes (GPU): issue 25's eager gap.
+
+    python scripts/probe_host_qk_norm.py [--steps 500] [--top 20]
+
+On ``bench.HOST_SHAPE`` (the GPU waits for the host), each provider's fwd+bwd step of
+``bench.qk_norm.host_rows`` (``torch.autograd.grad`` to q, k, w_q and w_k): its host
+microseconds a step (median of 5 rounds, providers taking turns), beside an
+autograd.Function that allocates its outputs and gradients and launches nothing (what
+any custom Function costs a step here); then each provider's step under cProfile, the
+functions that hold most of its own time. Chapter 06b measured the fused fwd+bwd
+host-paced on every shape on the H200 (0.66 to 0.87 ms eager against 0.014 to 0.50 ms
+graphed): this says which part of the host's step to cut.
+"""
+
+# ruff: noqa: I001
+import argparse
+import cProfile
+import pstats
+import statistics
+
+# ropetut first: on a machine without a GPU it switches Triton to its interpreter
+from ropetut import bench
+from ropetut.bench import qk_norm as bench_qk_norm
+from ropetut.runtime import NO_GPU, on_gpu
+import torch
+
+
+class Allocates(torch.autograd.Function):
+    """Outputs and gradients allocated as the fused Function's are; nothing launched."""
+
+    @staticmethod
+    def forward(ctx, q, k, w_q, w_k):
+        ctx.save_for_backward(q, k, w_q, w_k)
+        return torch.empty_like(q), torch.empty_like(k)
+
+    @staticmethod
+    def backward(ctx, dq_out, dk_out):
+        q, k, w_q, w_k = ctx.saved_tensors
+        return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(w_q),
+                torch.empty_like(w_k))  # fmt: skip
+
+
+def steps(shape):
+    """name -> (fwd+bwd step, its inputs), the providers as ``host_rows`` builds them."""
+    out = {}
+    for name in (bench_qk_norm.FUSED, bench_qk_norm.LIGER, "autograd.Function, empty"):
+        if name == bench_qk_norm.LIGER and bench_qk_norm.liger_pair() is None:
+            print(f"{name}: {bench_qk_norm.NO_LIGER}")
+            continue
+        if name == bench_qk_norm.FUSED or name == bench_qk_norm.LIGER:
+            fn, weights = bench_qk_norm.make_provider(name, shape)
+        else:
+            _, weights = bench_qk_norm.make_provider(bench_qk_norm.FUSED, shape)
+            fn = lambda q, k, w=weights: Allocates.apply(q, k, *w)  # noqa: E731
+        out[name] = (bench_qk_norm.training_step(fn, weights),
+                     bench.make_inputs(shape, "fwd+bwd"))  # fmt: skip
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--top", type=int, default=20)
+    args = parser.parse_args()
+    if not on_gpu():
+        print(NO_GPU)
+        return
+    shape = bench.HOST_SHAPE
+    providers = steps(shape)
+    for step, inputs in providers.values():
+        for _ in range(20):  # compile, fill the launch caches
+            step(*inputs)
+    rounds = {name: [] for name in providers}
+    for _ in range(5):
+        for name, (step, inputs) in providers.items():
+            rounds[name].append(bench.host_us(step, inputs))
+    print(f"{shape.label}, fwd+bwd, host µs a step (median of 5 rounds):")
+    for name, times in rounds.items():
+        print(f"  {name:28} {statistics.median(times):8.1f}")
+    for name, (step, inputs) in providers.items():
+        profile = cProfile.Profile()
+        torch.cuda.synchronize()
+        profile.enable()
+        for _ in range(args.steps):
+            step(*inputs)
+        torch.cuda.synchronize()
+        profile.disable()
+        print(f"\n== {name}: {args.steps} steps under cProfile, by own time")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
