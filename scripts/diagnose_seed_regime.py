@@ -1,6 +1,7 @@
 """Why the seed regime's PyTorch baseline validates far above its training loss (GPU).
 
     python scripts/diagnose_seed_regime.py [--seed 0] [--name "seed regime: ..."]
+        [--dropout P]
 
 In issue 27's seed regime, ``seed regime: pytorch (ch4, ch5)`` trains to a loss of
 about 1.01 (its last 50 steps), yet its validation loss, on windows of the same text
@@ -57,7 +58,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", default=BASELINE)
-    parser.add_argument("--dropout", type=float)  # default: the study's
+    parser.add_argument("--dropout", type=train.dropout_float)  # default: the study's
     args = parser.parse_args()
     if not on_gpu():
         print(NO_GPU)
