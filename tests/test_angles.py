@@ -366,9 +366,9 @@ def test_turn_words_reads_any_stride():
 @pytest.mark.parametrize("inv_dtype", [torch.float32, torch.float64])
 def test_words_split_c_exactly_in_12_bit_parts(inv_dtype):
     """The premise of the kernel's exactness, on the words it computes: c is
-    ``inv_freq.double() / (2 * math.pi)`` (an IEEE division, as Python's), c0, c1, c2
-    have at most 12 significant bits each, each the nearest such value to what is left
-    of c (so the remainders, and the three small products, stay small), the
+    ``inv_freq.double() * (1 / (2 * math.pi))`` (one fp64 product, as Python's), c0,
+    c1, c2 have at most 12 significant bits each, each the nearest such value to what
+    is left of c (so the remainders, and the three small products, stay small), the
     remainders c - c0 and c - c0 - c1 are rounded to fp32 once, and
     c - c0 - c1 - c2 is exact in fp32 (so the four words sum to c exactly)."""
     inv_freq = frequencies().to(inv_dtype)
@@ -376,7 +376,7 @@ def test_words_split_c_exactly_in_12_bit_parts(inv_dtype):
     for f, c, (c0, c1, c2, c1_rest, c2_rest, c3_rest) in zip(
         inv_freq.tolist(), cs, words
     ):
-        assert c == f / (2 * math.pi)
+        assert c == f * (1 / (2 * math.pi))
         left = Fraction(c)
         for part in (c0, c1, c2):
             assert significant_bits(part) <= 12

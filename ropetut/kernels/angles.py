@@ -8,9 +8,12 @@ What it changes from ``final``, and why:
   loses the angle's low bits as soon as the product is large: at position 2**24 one fp32
   ulp of the angle is 2 radians. So the kernel works in turns (angle / 2pi), where a
   whole turn is exactly 1 and reducing mod 1 is exact (``x - floor(x + 1/2)``):
-  - each program divides its pairs' inv_freq by 2pi in fp64 (one IEEE division, as
-    ``inv_freq.double() / (2 * math.pi)`` on the CPU) and splits the quotient c
-    exactly into fp32 words, three of 12 significant bits (``_turn_words``);
+  - each program multiplies its pairs' inv_freq by 1/2pi in fp64 (one product, as
+    ``inv_freq.double() * (1 / (2 * math.pi))`` on the CPU; a division would round
+    once, not twice, but its slow path cost 13 % of the graphed forward's time at
+    decode and 4 to 7 % on 8B-like prefill shapes on the H200:
+    results/probe_angles_turns_h200.txt) and splits the product c exactly into fp32
+    words, three of 12 significant bits (``_turn_words``);
   - the kernel splits the position into three 12-bit integer parts;
   - a product of a 12-bit part and a 12-bit word has at most 24 significant bits, so
     float32 holds it exactly, and its fraction too: no FMA or Dekker split needed, and
@@ -19,12 +22,13 @@ What it changes from ``final``, and why:
   - the fractions are summed in float-float (Knuth's TwoSum, exact) and reduced to
     [-1/2, 1/2] turn; the turn, not an angle in radians, goes to cos and sin.
   tests/test_angles.py holds the error to 1e-6 of the output's scale up to position
-  2**24. Beyond, the fp64 rounding of inv_freq / 2pi (1.1e-16 relative) grows with the
-  position: at most position * inv_freq * 1.1e-16 radians, 7.6e-6 at 2**36 for
-  inv_freq = 1. A position outside
+  2**24. Beyond, the fp64 roundings of inv_freq / 2pi (2.2e-16 relative at most: the
+  constant's and the product's) grow with the position: at most
+  position * inv_freq * 2.2e-16 radians, 1.5e-5 at 2**36 for inv_freq = 1. A position
+  outside
   [0, 2**36) gets NaN, as ``final`` gives NaN for a row outside its table.
 - the words are computed in the kernel, each program its own, not on the host: a
-  division and a dozen fp64 additions per pair and program (with heads first in the
+  product and a dozen fp64 additions per pair and program (with heads first in the
   tile, a program holds one or two tokens on 8B-like shapes: fp64 work per token),
   where the host took a dozen small torch ops a call, which a CUDA graph replayed on
   every call, longer than the table kernel's whole decode step. Now a call is one
@@ -61,7 +65,7 @@ from .tiles import tile_sizes
 MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
 TWO_PI_HI = tl.constexpr(6.2831854820251465)  # float32(2 pi)
 TWO_PI_LO = tl.constexpr(-1.7484555314695172e-07)  # float32(2 pi - TWO_PI_HI)
-TWO_PI_FP64 = tl.constexpr(2 * math.pi)  # float64(2 pi)
+TURNS_PER_RADIAN = tl.constexpr(1 / (2 * math.pi))  # float64(1 / float64(2 pi))
 # sin(pi/2 r) and cos(pi/2 r) for |r| <= 1/2 by their Taylor series, coefficients
 # rounded to float32 (tests/test_angles.py checks them against float64 cos and sin)
 SIN_C1 = tl.constexpr(1.5707963705062866)
@@ -125,9 +129,9 @@ def _turn_words(c):
 
 @triton.jit
 def _turns_per_position(inv_freq):
-    """inv_freq / 2pi in fp64: one IEEE division, by 2pi rounded to fp64 (``tl.full``
-    makes the constant fp64, whatever a Triton version makes of a float literal)."""
-    return inv_freq.to(tl.float64) / tl.full((), TWO_PI_FP64, tl.float64)
+    """inv_freq / 2pi in fp64: one product by 1/2pi rounded to fp64 (``tl.full`` makes
+    the constant fp64, whatever a Triton version makes of a float literal)."""
+    return inv_freq.to(tl.float64) * tl.full((), TURNS_PER_RADIAN, tl.float64)
 
 
 @triton.jit
