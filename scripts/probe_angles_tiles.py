@@ -1,7 +1,7 @@
 """Tile-size probe for the table-free kernel (GPU): issue 26's forward gap.
 
     python scripts/probe_angles_tiles.py [--modes fwd fwd+bwd] [--tiles 1024/2 512/8]
-        [--repeats 3] [--turns division|product]
+        [--repeats 3] [--turns division|product] [--angle exact|fp32|none]
 
 On bench-angles' shapes it replays the table kernel and the table-free kernel from CUDA
 graphs (the GPU's time alone) for tiles of 512 to 4096 pairs and 1 to 8 warps a program
@@ -13,12 +13,16 @@ The table kernel keeps its own tuning throughout: only the table-free one is swe
 --repeats: each time the median of this many rounds, the tiles taking turns in each
     round (the first run, on 2026-11-28, was one round, and one of its rows disagreed
     with bench-angles' median of 3 at the same tile).
---turns product: a candidate, measured before it goes into the kernel. Each program
-    computes inv_freq / 2pi as one fp64 product by 1/(2pi) instead of one fp64 division
-    (the same 1e-16 relative size of rounding; sm_90 SASS at decode: 704 -> 608
-    instructions, the division's slow-path CALL and its MUFU gone). It replaces
+--turns division: the kernel before 2026-11-28, which divided inv_freq by 2pi in fp64
+    where it now multiplies by 1/2pi (sm_90 SASS at decode: 704 against 608
+    instructions; results/probe_angles_turns_h200.txt timed both). It replaces
     ``angles._turns_per_position`` in this process before anything compiles, so Triton
     compiles (and caches) that variant under a key of its own.
+--angle fp32 | none: what the exact angle costs, by leaving it out (wrong outputs,
+    the same loads and stores): fp32 takes p * inv_freq / 2pi as one float32 product
+    (the naive angle, then the same polynomials); none computes no angle at all (a
+    conversion in place of each step). Exact minus fp32 is the price of exactness;
+    fp32 minus none, the polynomials'; none against the table, the kernel's structure.
 """
 
 # ruff: noqa: I001
@@ -41,9 +45,46 @@ WARPS = (1, 2, 4, 8)
 
 
 @triton.jit
-def _turns_by_product(inv_freq):
-    """inv_freq / 2pi as one fp64 product by fp64(1 / 2pi): --turns product."""
-    return inv_freq.to(tl.float64) * tl.full((), 1 / (2 * math.pi), tl.float64)
+def _turns_by_division(inv_freq):
+    """inv_freq / 2pi as one fp64 division: --turns division."""
+    return inv_freq.to(tl.float64) / tl.full((), 2 * math.pi, tl.float64)
+
+
+@triton.jit
+def _turns_only_converted(inv_freq):
+    """--angle none: inv_freq as it is, in fp64 (no product)."""
+    return inv_freq.to(tl.float64)
+
+
+@triton.jit
+def _fraction_in_float32(c, pos):
+    """--angle fp32: position * c as one float32 product, reduced (the naive angle)."""
+    turns = pos.to(tl.float32) * c.to(tl.float32)
+    return turns - tl.floor(turns + 0.5), tl.zeros_like(turns)
+
+
+@triton.jit
+def _fraction_left_out(c, pos):
+    """--angle none: no product, no reduction."""
+    turns = pos.to(tl.float32) + c.to(tl.float32)
+    return turns, tl.zeros_like(turns)
+
+
+@triton.jit
+def _cos_sin_left_out(turn, lo):
+    """--angle none: no polynomials."""
+    return turn, lo
+
+
+ANGLE_VARIANTS = {  # --angle: the kernel's functions replaced, by name
+    "exact": {},
+    "fp32": {"_fraction_of_turns": _fraction_in_float32},
+    "none": {
+        "_turns_per_position": _turns_only_converted,
+        "_fraction_of_turns": _fraction_left_out,
+        "_cos_sin_of_turn": _cos_sin_left_out,
+    },
+}
 
 
 def graphed(name, shape, mode):
@@ -63,18 +104,22 @@ def main():
     parser.add_argument("--modes", nargs="+", default=list(bench.MODES))
     parser.add_argument("--tiles", nargs="+", type=tile)  # (a repeat is timed twice)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--turns", choices=("division", "product"), default="division")
+    parser.add_argument("--turns", choices=("division", "product"), default="product")
+    parser.add_argument("--angle", choices=tuple(ANGLE_VARIANTS), default="exact")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats: at least 1, got {args.repeats}")
     if not on_gpu():
         print(NO_GPU)
         return
-    if args.turns == "product":
-        angles._turns_per_position = _turns_by_product
+    if args.turns == "division":
+        angles._turns_per_position = _turns_by_division
+    for name, replacement in ANGLE_VARIANTS[args.angle].items():
+        setattr(angles, name, replacement)
     chosen = angles.PAIRS_PER_TILE, angles.NUM_WARPS
     tiles = args.tiles or list(itertools.product(PAIRS, WARPS))
-    print(f"turns by {args.turns}; medians of {args.repeats} round(s)")
+    print(f"turns by {args.turns}, angle {args.angle}; "
+          f"medians of {args.repeats} round(s)")  # fmt: skip
     for shape, mode in itertools.product(bench_angles.SHAPES, args.modes):
         floor = bench.copy_floor_ms(shape, mode, graphed=True)
         rounds = {t: [] for t in ["table", *tiles]}
