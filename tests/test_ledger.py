@@ -175,7 +175,7 @@ def test_verdicts_shows_several_in_one_table(monkeypatch):
     assert '<span class="verdict-agree">agree</span>' in html
     assert '<span class="verdict-disagree">disagree</span>' in html
     assert "0.5x &amp; &lt;less&gt;" in html
-    assert html.count(ledger.NOT_MEASURED) == 1  # C was not recorded
+    assert html.count(ledger.NOT_DECIDED) == 1  # C was not recorded
     assert ledger.claims()["004-legacy-A"]["claim"] in html
     assert max(map(len, repr(table).splitlines())) <= 88
     with pytest.raises(KeyError):
@@ -234,7 +234,7 @@ def test_withdraw_replaces_a_verdict_by_its_why_and_keeps_the_others(
     tmp_path, monkeypatch
 ):
     """A claim whose runs are missing: its earlier verdict leaves the file, replaced by
-    the withdrawal's why; the ledger shows it as not measured yet, with that why, and
+    the withdrawal's why; the ledger shows it as not decided yet, with that why, and
     the chapter's other verdicts stay."""
     monkeypatch.setattr(ledger, "_recorded", {})
     monkeypatch.setattr(ledger, "_withdrawn", {})
@@ -252,12 +252,12 @@ def test_withdraw_replaces_a_verdict_by_its_why_and_keeps_the_others(
     assert not {"agree", "ours", "cause"} & after["002-ch5-table"].keys()
     assert {"device", "ropetut commit"} <= after["002-ch5-table"].keys()
     by_id = {r["id"]: r for r in ledger.rows(verdicts=ledger.load_verdicts(tmp_path))}
-    assert by_id["002-ch5-table"]["verdict"] == ledger.NOT_MEASURED
+    assert by_id["002-ch5-table"]["verdict"] == ledger.NOT_DECIDED
     assert by_id["002-ch5-table"]["cause"] == why
     assert by_id["002-ch5-table"]["ours"] == ""
     assert by_id["002-ch4-table"]["verdict"] == ledger.DISAGREE
     html = ledger.verdicts(["002-ch4-table", "002-ch5-table"])._repr_html_()
-    assert html.count(ledger.NOT_MEASURED) == 1
+    assert html.count(ledger.NOT_DECIDED) == 1
     assert f"<td>{why}</td>" in html
     # withdrawn again: the newer why replaces the older
     ledger.withdraw("002-ch5-table", why="inconclusive: kernel", out_dir=tmp_path)
@@ -270,12 +270,12 @@ def test_withdraw_replaces_a_verdict_by_its_why_and_keeps_the_others(
     entry = json.loads(path.read_text(encoding="utf-8"))["002-ch5-table"]
     assert ledger.WITHDRAWN not in entry and entry["agree"] is True
     html = ledger.verdicts(["002-ch5-table"])._repr_html_()
-    assert ledger.NOT_MEASURED not in html and "<td>d</td>" in html
+    assert ledger.NOT_DECIDED not in html and "<td>d</td>" in html
 
 
 def test_a_withdrawn_claims_why_is_on_the_ledger_page(tmp_path, monkeypatch):
     """The page reads the chapter's file: a claim withdrawn in an earlier session shows
-    as not measured yet, with its why under "why"."""
+    as not decided yet, with its why under "why"."""
     monkeypatch.setattr(ledger, "_recorded", {})
     monkeypatch.setattr(ledger, "_withdrawn", {})
     why = "inconclusive: harder-text-baseline"
@@ -283,7 +283,7 @@ def test_a_withdrawn_claims_why_is_on_the_ledger_page(tmp_path, monkeypatch):
     monkeypatch.setattr(ledger, "_withdrawn", {})  # a later session: only the file
     table = ledger.rows(verdicts=ledger.load_verdicts(tmp_path))
     row = next(r for r in table if r["id"] == "002-ch5-table")
-    assert row["verdict"] == ledger.NOT_MEASURED and row["cause"] == why
+    assert row["verdict"] == ledger.NOT_DECIDED and row["cause"] == why
     html = ledger.page(table)._repr_html_()
     seed002 = html.split("<caption>Seed 002</caption>")[1].split("</table>")[0]
     assert f"<td>{why}</td>" in seed002
@@ -396,7 +396,7 @@ def test_rows_have_a_row_for_every_claim(tmp_path):
         and by_id["002-ch4-beneficial"]["where"] is None
     )
     assert (
-        by_id["003-relative"]["verdict"] == ledger.NOT_MEASURED
+        by_id["003-relative"]["verdict"] == ledger.NOT_DECIDED
         and by_id["003-relative"]["where"] is None
     )
     assert (

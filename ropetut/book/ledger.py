@@ -18,7 +18,7 @@ keeps it silently (``show=False``) for ``verdicts``, which shows several in one 
 A chapter whose measurement of a claim cannot be made yet (the runs it rests on are
 missing, or cannot tell) calls ``ledger.withdraw(claim_id, why=...)`` instead: any
 verdict recorded earlier is replaced, in the chapter's file, by the withdrawal and its
-why, so the claim shows as not measured yet, with why, until a later run records it.
+why, so the claim shows as not decided yet, with why, until a later run records it.
 The ledger page (``chapters/seed_ledger.ipynb``) reads both halves with ``rows`` and
 shows them with ``page``.
 """
@@ -36,9 +36,9 @@ CLAIMS_FILE = Path(__file__).with_name("seed_claims.json")
 LEDGER_DIR = Path(__file__).resolve().parents[2] / "results" / "ledger"
 LEDGER_DIR_ENV = "ROPETUT_LEDGER_DIR"
 AGREE, DISAGREE = "agree", "disagree"
-NOT_MEASURED = "not measured yet"
+NOT_DECIDED = "not decided yet"
 NOT_TESTABLE = "not testable yet"
-# the key of a withdrawn claim's entry in a chapter's file: why it is not measured yet
+# the key of a withdrawn claim's entry in a chapter's file: why it is not decided yet
 WITHDRAWN = "withdrawn"
 # the notebook the table of contents lists, unnumbered, as the appendix
 APPENDIX = "10_two_dsls"
@@ -46,7 +46,7 @@ APPENDIX = "10_two_dsls"
 WHERE = re.compile(r"[a-z][a-z0-9-]*")
 # claim id -> {"ours", "agree", "cause", "where"}: this session's, for verdicts()
 _recorded = {}
-# claim id -> why it is not measured yet: this session's withdrawals, for verdicts()
+# claim id -> why it is not decided yet: this session's withdrawals, for verdicts()
 _withdrawn = {}
 
 
@@ -123,7 +123,7 @@ def withdraw(claim_id: str, *, why: str, out_dir=None) -> None:
     runs it rests on that are missing), and take back any verdict recorded on it
     before: in the chapter's file, where ``record`` would write, the claim's entry
     becomes ``{"withdrawn": why}`` (with the run's device and commit), so the ledger
-    page shows it as not measured yet, with why, until a later run records it.
+    page shows it as not decided yet, with why, until a later run records it.
     ``verdicts`` shows it the same way in the session. Returns None."""
     claim = _chapter_claim(claim_id)
     _recorded.pop(claim_id, None)
@@ -173,7 +173,7 @@ def verdicts(claim_ids):
                 "claim": f"seed {claim['seed']}, {claim['section']}",
                 "says": claim["claim"],
                 "ours": found["ours"] if found else None,
-                "verdict": _verdict(found["agree"]) if found else NOT_MEASURED,
+                "verdict": _verdict(found["agree"]) if found else NOT_DECIDED,
                 "why": found["cause"] if found else _withdrawn.get(claim_id),
             }
         )
@@ -219,7 +219,7 @@ def rows(claims_data=None, verdicts=None) -> list:
     for claim in claims_data["claims"]:
         found = verdicts.get(claim["id"])
         why = found.get(WITHDRAWN) if found else None
-        if why is not None:  # withdrawn: not measured yet, and why
+        if why is not None:  # withdrawn: not decided yet, and why
             found = {"cause": why, "ours": "", "device": found.get("device", "")}
         if claim.get("chapter") is None:
             issue = claim["issue"]
@@ -228,7 +228,7 @@ def rows(claims_data=None, verdicts=None) -> list:
                 f"({claims_data['issues'][str(issue)]})"
             )
         elif found is None or why is not None:
-            verdict = NOT_MEASURED
+            verdict = NOT_DECIDED
         else:
             verdict = AGREE if found["agree"] else DISAGREE
         table.append(
@@ -249,12 +249,12 @@ def rows(claims_data=None, verdicts=None) -> list:
     return table
 
 
-STATES = (AGREE, DISAGREE, NOT_TESTABLE, NOT_MEASURED)
+STATES = (AGREE, DISAGREE, NOT_TESTABLE, NOT_DECIDED)
 
 
 def page(table=None):
     """The ledger page: a summary (claims per seed, and how many of them agree,
-    disagree, are not testable yet or not measured yet), then one table per seed: each
+    disagree, are not testable yet or not decided yet), then one table per seed: each
     claim, our measurement, the verdict, why (the recorded cause), and a link to the
     place in its chapter that measured it. table: ``rows()``
     (the default)."""
