@@ -10,7 +10,7 @@ What it changes from ``final``, and why:
   whole turn is exactly 1 and reducing mod 1 is exact (``x - floor(x + 1/2)``):
   - each program multiplies its pairs' inv_freq by 1/2pi in fp64 (one product, as
     ``inv_freq.double() * (1 / (2 * math.pi))`` on the CPU; a division would round
-    once, not twice, but its slow path cost 13 % of the graphed forward's time at
+    once, not twice, but the division cost 13 % of the graphed forward's time at
     decode and 4 to 7 % on 8B-like prefill shapes on the H200:
     results/probe_angles_turns_h200.txt) and splits the product c exactly into fp32
     words, three of 12 significant bits (``_turn_words``);
