@@ -107,7 +107,6 @@ def _fraction_of_turns_short(c, pos):
     return hi, lo
 
 
-
 ANGLE_VARIANTS = {  # --angle: the kernel's functions replaced, by name
     "exact": {},
     "short": {"_fraction_of_turns": _fraction_of_turns_short},

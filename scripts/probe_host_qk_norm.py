@@ -47,7 +47,7 @@ def steps(shape):
         if name == bench_qk_norm.LIGER and bench_qk_norm.liger_pair() is None:
             print(f"{name}: {bench_qk_norm.NO_LIGER}")
             continue
-        if name == bench_qk_norm.FUSED or name == bench_qk_norm.LIGER:
+        if name in (bench_qk_norm.FUSED, bench_qk_norm.LIGER):
             fn, weights = bench_qk_norm.make_provider(name, shape)
         else:
             _, weights = bench_qk_norm.make_provider(bench_qk_norm.FUSED, shape)
