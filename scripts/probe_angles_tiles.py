@@ -1,7 +1,7 @@
 """Tile-size probe for the table-free kernel (GPU): issue 26's forward gap.
 
     python scripts/probe_angles_tiles.py [--modes fwd fwd+bwd] [--tiles 1024/2 512/8]
-        [--repeats 3] [--turns division|product] [--angle exact|short|fp32|none]
+        [--repeats 3] [--turns division|product] [--angle exact|long|fp32|none]
 
 On bench-angles' shapes it replays the table kernel and the table-free kernel from CUDA
 graphs (the GPU's time alone) for tiles of 512 to 4096 pairs and 1 to 8 warps a program
@@ -18,8 +18,9 @@ The table kernel keeps its own tuning throughout: only the table-free one is swe
     instructions; results/probe_angles_turns_h200.txt timed both). It replaces
     ``angles._turns_per_position`` in this process before anything compiles, so Triton
     compiles (and caches) that variant under a key of its own.
---angle short: a candidate, the exact angle with a short path for programs whose
-    positions are all below 2**24 (``_fraction_of_turns_short``).
+--angle long: the exact angle as before 2026-12-01, three position parts in every
+    program (``_fraction_of_turns_long``), where the kernel now takes two in a program
+    whose positions are all below 2**24.
 --angle fp32 | none: what the exact angle costs, by leaving it out (wrong outputs,
     the same loads and stores): fp32 takes p * inv_freq / 2pi as one float32 product
     (the naive angle, then the same polynomials); none computes no angle at all (a
@@ -42,7 +43,7 @@ from ropetut import bench
 from ropetut.bench import angles as bench_angles
 from ropetut.runtime import NO_GPU, on_gpu
 from ropetut.kernels.angles import (  # the kernel's own, before --angle replaces any
-    _add_exactly, _fraction, _fraction_of_turns, _round_to_12_bits,
+    _add_exactly, _fraction, _turn_words,
 )  # fmt: skip
 
 PAIRS = (512, 1024, 2048, 4096)
@@ -82,34 +83,25 @@ def _cos_sin_left_out(turn, lo):
 
 
 @triton.jit
-def _fraction_of_turns_short(c, pos):
-    """--angle short: the exact angle, with a per-program short path where every
-    position of the program is below 2**24, as in prefill: two 12-bit position parts,
-    not three, so three exact products and their fractions, not six, and no third
-    word. The error stays that of the long path (the two small products,
-    p0 * (c - c0) and p1 * (c - c0 - c1), are at most c each: about 1e-8 turn)."""
-    if tl.max(pos) < 16777216:
-        p0 = (pos & 4095).to(tl.float32)
-        p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
-        c0 = _round_to_12_bits(c)
-        c1_rest = c - c0
-        c1 = _round_to_12_bits(c1_rest)
-        c2_rest = c1_rest - c1
-        c0, c1 = c0.to(tl.float32), c1.to(tl.float32)
-        hi = _fraction(p1 * c0)
-        lo = tl.zeros_like(hi)
-        hi, lo = _add_exactly(hi, lo, _fraction(p1 * c1))
-        hi, lo = _add_exactly(hi, lo, _fraction(p0 * c0))
-        small = p0 * c1_rest.to(tl.float32) + p1 * c2_rest.to(tl.float32)
-        hi, lo = _add_exactly(hi, lo, small)
-    else:
-        hi, lo = _fraction_of_turns(c, pos)
-    return hi, lo
+def _fraction_of_turns_long(c, pos):
+    """--angle long: the kernel's exact angle before 2026-12-01, with no short path."""
+    p0 = (pos & 4095).to(tl.float32)
+    p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
+    p2 = ((pos >> 24) & 4095).to(tl.float32) * 16777216.0
+    c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
+    hi = _fraction(p2 * c0)
+    lo = tl.zeros_like(hi)
+    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c1))
+    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c2))
+    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c0))
+    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c1))
+    hi, lo = _add_exactly(hi, lo, _fraction(p0 * c0))
+    return _add_exactly(hi, lo, p0 * c1_rest + p1 * c2_rest + p2 * c3_rest)
 
 
 ANGLE_VARIANTS = {  # --angle: the kernel's functions replaced, by name
     "exact": {},
-    "short": {"_fraction_of_turns": _fraction_of_turns_short},
+    "long": {"_fraction_of_turns": _fraction_of_turns_long},
     "fp32": {"_fraction_of_turns": _fraction_in_float32},
     "none": {
         "_turns_per_position": _turns_only_converted,

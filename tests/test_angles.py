@@ -16,7 +16,8 @@ from ropetut import scaling
 from ropetut.angles import apply_rope_angles
 from ropetut.check import TOLERANCE, relative_error
 from ropetut.book.angle_words import turn_words
-from ropetut.kernels.angles import _cos_sin_of_turn, rope_angles
+from ropetut.kernels.angles import PAIRS_PER_TILE, _cos_sin_of_turn, rope_angles
+from ropetut.kernels.tiles import tile_sizes
 
 DEV = ropetut.DEVICE
 
@@ -95,6 +96,21 @@ def test_positions_past_2_to_24():
     positions = torch.tensor([2**24 + 1, 2**27 + 3, 2**30 - 1, 2**30 + 5], device=DEV)
     q = randn(1, 4, 1, 64)
     out = apply_rope_angles(q, None, inv_freq, positions=positions)
+    assert scale_error(out, reference(q, positions, inv_freq)) <= 1e-6
+
+
+def test_programs_below_2_to_24_give_the_long_paths_bits():
+    """A program whose positions are all below 2**24 skips the third position part
+    (``_fraction_of_turns``); the same positions in a program that also holds one past
+    2**24 take the long path: the same bits."""
+    inv_freq, _ = scaling.default(128, 500000.0, device=DEV)
+    below = [5, 2**20 + 3, 2**23 + 1, 2**24 - 1]
+    positions = torch.tensor([below + [7], below + [2**24 + 1]], device=DEV)
+    block_t, _, _ = tile_sizes(5, 1, 64, PAIRS_PER_TILE)
+    assert block_t >= 5  # one program a sequence
+    q = randn(1, 5, 1, 128).repeat(2, 1, 1, 1)
+    out = apply_rope_angles(q, None, inv_freq, positions=positions)
+    assert torch.equal(out[0, :4], out[1, :4])
     assert scale_error(out, reference(q, positions, inv_freq)) <= 1e-6
 
 

@@ -14,11 +14,13 @@ What it changes from ``final``, and why:
     decode and 4 to 7 % on 8B-like prefill shapes on the H200:
     results/probe_angles_turns_h200.txt) and splits the product c exactly into fp32
     words, three of 12 significant bits (``_turn_words``);
-  - the kernel splits the position into three 12-bit integer parts;
+  - the kernel splits the position into three 12-bit integer parts (two where every
+    position of the program is below 2**24: a branch per program, not per element);
   - a product of a 12-bit part and a 12-bit word has at most 24 significant bits, so
     float32 holds it exactly, and its fraction too: no FMA or Dekker split needed, and
     a compiler contracting into an FMA cannot change it. The six large products are
-    exact; the three small ones left (at most inv_freq / 2pi each) cost about 1e-8 turn;
+    exact; the three small ones left (at most inv_freq / 2pi each) cost about 1e-8 turn
+    (three and two where the program takes two parts);
   - the fractions are summed in float-float (Knuth's TwoSum, exact) and reduced to
     [-1/2, 1/2] turn; the turn, not an angle in radians, goes to cos and sin.
   tests/test_angles.py holds the error to 1e-6 of the output's scale up to position
@@ -63,6 +65,7 @@ from .launch import Plan, kept_plan, launch
 from .tiles import tile_sizes
 
 MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
+SHORT_POSITIONS = tl.constexpr(2**24)  # below: two parts (``_fraction_of_turns``)
 TWO_PI_HI = tl.constexpr(6.2831854820251465)  # float32(2 pi)
 TWO_PI_LO = tl.constexpr(-1.7484555314695172e-07)  # float32(2 pi - TWO_PI_HI)
 TURNS_PER_RADIAN = tl.constexpr(1 / (2 * math.pi))  # float64(1 / float64(2 pi))
@@ -141,19 +144,29 @@ def _fraction_of_turns(c, pos):
 
     Six products of a 12-bit position part and a 12-bit word are exact, and so are their
     fractions; the three that are left are at most inv_freq / 2pi in size, so rounding
-    them costs about 1e-8 turn."""
+    them costs about 1e-8 turn. A program whose positions are all below 2**24 (every
+    prefill shape, and decode to 16M tokens) has no third position part: it skips the
+    four terms that part multiplies, which were 0, and gets the same bits (shown
+    through the interpreter; on the GPU, where the compiler contracts each branch's
+    sum into FMAs on its own, tests/test_angles.py checks it)."""
     p0 = (pos & 4095).to(tl.float32)
     p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
-    p2 = ((pos >> 24) & 4095).to(tl.float32) * 16777216.0
     c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
-    hi = _fraction(p2 * c0)
-    lo = tl.zeros_like(hi)
-    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c1))
-    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c2))
-    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c0))
+    if tl.max(pos) < SHORT_POSITIONS:
+        hi = _fraction(p1 * c0)
+        lo = tl.zeros_like(hi)
+        small = p0 * c1_rest + p1 * c2_rest
+    else:
+        p2 = ((pos >> 24) & 4095).to(tl.float32) * 16777216.0
+        hi = _fraction(p2 * c0)
+        lo = tl.zeros_like(hi)
+        hi, lo = _add_exactly(hi, lo, _fraction(p2 * c1))
+        hi, lo = _add_exactly(hi, lo, _fraction(p2 * c2))
+        hi, lo = _add_exactly(hi, lo, _fraction(p1 * c0))
+        small = p0 * c1_rest + p1 * c2_rest + p2 * c3_rest
     hi, lo = _add_exactly(hi, lo, _fraction(p1 * c1))
     hi, lo = _add_exactly(hi, lo, _fraction(p0 * c0))
-    return _add_exactly(hi, lo, p0 * c1_rest + p1 * c2_rest + p2 * c3_rest)
+    return _add_exactly(hi, lo, small)
 
 
 @triton.jit
