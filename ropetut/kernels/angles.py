@@ -9,9 +9,9 @@ What it changes from ``final``, and why:
   ulp of the angle is 2 radians. So the kernel works in turns (angle / 2pi), where a
   whole turn is exactly 1 and reducing mod 1 is exact (``x - floor(x + 1/2)``):
   - each program multiplies its pairs' inv_freq by 1/2pi in fp64 (one product, as
-    ``inv_freq.double() * (1 / (2 * math.pi))`` on the CPU; a division would round
-    once, not twice, but the division cost 13 % of the graphed forward's time at
-    decode and 4 to 7 % on 8B-like prefill shapes on the H200:
+    ``inv_freq.double() * (1 / (2 * math.pi))`` on the CPU, kept out of any FMA; a
+    division would round once, not twice, but the division cost 13 % of the graphed
+    forward's time at decode and 4 to 7 % on 8B-like prefill shapes on the H200:
     results/probe_angles_turns_h200.txt) and splits the product c exactly into fp32
     words, three of 12 significant bits (``_turn_words``);
   - the kernel splits the position into three 12-bit integer parts (two where every
@@ -59,11 +59,15 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
+from triton.language.extra import libdevice
 
 from .final import _copy_pass_dims, _last_offset, _load_pairs, _store_pairs
 from .launch import Plan, kept_plan, launch
 from .tiles import tile_sizes
 
+# as triton.jit decides: libdevice calls run only compiled
+COMPILED = tl.constexpr(not knobs.runtime.interpret)
 MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
 SHORT_POSITIONS = tl.constexpr(2**24)  # below: two parts (``_fraction_of_turns``)
 TWO_PI_HI = tl.constexpr(6.2831854820251465)  # float32(2 pi)
@@ -133,8 +137,18 @@ def _turn_words(c):
 @triton.jit
 def _turns_per_position(inv_freq):
     """inv_freq / 2pi in fp64: one product by 1/2pi rounded to fp64 (``tl.full`` makes
-    the constant fp64, whatever a Triton version makes of a float literal)."""
-    return inv_freq.to(tl.float64) * tl.full((), TURNS_PER_RADIAN, tl.float64)
+    the constant fp64, whatever a Triton version makes of a float literal). Compiled,
+    the product is libdevice's mul_rn (PTX ``mul.rn.f64``, which is never contracted):
+    a plain product was fused with ``c - c0`` in ``_turn_words`` into an FMA, which
+    skips the product's rounding, so the words no longer summed to c (the H200 run of
+    tests/test_angles.py). The interpreter's products are never contracted."""
+    x = inv_freq.to(tl.float64)
+    per_radian = tl.full(x.shape, TURNS_PER_RADIAN, tl.float64)
+    if COMPILED:
+        c = libdevice.mul_rn(x, per_radian)
+    else:
+        c = x * per_radian
+    return c
 
 
 @triton.jit
