@@ -47,7 +47,9 @@ What it changes from ``final``, and why:
   8 fp64 divisions a thread at 4 x 2048 x 8 x 64, for 32 pairs on 64 threads). A flat
   range reshaped to the tile removed that there, but cost more where a tile holds many
   tokens (the words computed per token): not kept.
-- fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product.
+- fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product
+  (compiled, it is fused into the reduction's FMAs: the turn is no less exact, and may
+  differ from the interpreter's in its last bits).
 Everything else is ``final``'s: GQA, half-split or interleaved pairs (an interleaved
 row loaded and stored whole, split into its even and odd dims in registers), partial
 rotary (the pass-through dims copied out of place), in place, any strides, int64 offsets
@@ -110,7 +112,8 @@ def _round_to_12_bits(x):
     """fp64 x rounded to nearest with 12 significant bits (Veltkamp's split by
     2**41 + 1): x - the result is exact in fp64. x * 2**41 is exact, so the sum is
     x * (2**41 + 1) rounded once, whether the compiler contracts it into an FMA or
-    not; what follows has no product to contract."""
+    not; what follows has no product to contract, since x is never a bare product
+    (``_turns_per_position`` rounds c)."""
     t = x * 2199023255552.0 + x
     return t - (t - x)
 
@@ -139,9 +142,10 @@ def _turns_per_position(inv_freq):
     """inv_freq / 2pi in fp64: one product by 1/2pi rounded to fp64 (``tl.full`` makes
     the constant fp64, whatever a Triton version makes of a float literal). Compiled,
     the product is libdevice's mul_rn (PTX ``mul.rn.f64``, which is never contracted):
-    a plain product was fused with ``c - c0`` in ``_turn_words`` into an FMA, which
-    skips the product's rounding, so the words no longer summed to c (the H200 run of
-    tests/test_angles.py). The interpreter's products are never contracted."""
+    a plain product was fused into the FMAs of what follows (``t - x`` in
+    ``_round_to_12_bits``, ``c - c0`` in ``_turn_words``), which skip the product's
+    rounding, so the words no longer summed to c (the H200 run of tests/test_angles.py).
+    The interpreter's products are never contracted."""
     x = inv_freq.to(tl.float64)
     per_radian = tl.full(x.shape, TURNS_PER_RADIAN, tl.float64)
     if COMPILED:
