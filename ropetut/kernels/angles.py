@@ -156,35 +156,54 @@ def _turns_per_position(inv_freq):
 
 
 @triton.jit
+def _product_and_error(a, b):
+    """fp32 a * b rounded (t) and its rounding error (a * b - t, exact): an FMA on the
+    GPU (``t`` through libdevice's mul_rn, never contracted into what follows); under
+    the interpreter, whose fma rounds a * b first, the error in fp64, where a * b of
+    two fp32 numbers is exact. The same bits on both."""
+    if COMPILED:
+        t = libdevice.mul_rn(a, b)
+        err = tl.fma(a, b, -t)
+    else:
+        t = a * b
+        err = (a.to(tl.float64) * b.to(tl.float64) - t.to(tl.float64)).to(tl.float32)
+    return t, err
+
+
+@triton.jit
 def _fraction_of_turns(c, pos):
     """position * c (c = inv_freq / 2pi, fp64) mod 1 as float-float (hi, lo), hi a few
     turns at most.
 
-    Six products of a 12-bit position part and a 12-bit word are exact, and so are their
-    fractions; the three that are left are at most inv_freq / 2pi in size, so rounding
-    them costs about 1e-8 turn. A program whose positions are all below 2**24 (every
-    prefill shape, and decode to 16M tokens) has no third position part: it skips the
-    four terms that part multiplies, which were 0, and gets the same bits (shown
-    through the interpreter; on the GPU, where the compiler contracts each branch's
-    sum into FMAs on its own, tests/test_angles.py checks it)."""
-    p0 = (pos & 4095).to(tl.float32)
-    p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
-    c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
+    A program whose positions are all below 2**24 (every prefill shape, and decode to
+    16M tokens) takes the short path: the position is exact in fp32, c is split into
+    fp32 c_hi + c_lo (to 2**-48 of c), and p * c_hi is a rounded product t plus its
+    exact error (``_product_and_error``); t's fraction is exact, and only p * c_lo,
+    at most c in size, rounds: about 1e-8 turn. Beyond 2**24, the long path: the
+    position in three 12-bit parts and c in three 12-bit words (``_turn_words``). Six
+    products of a part and a word are exact, and so are their fractions; the three
+    that are left are at most c in size, so rounding them costs about 1e-8 turn."""
     if tl.max(pos) < SHORT_POSITIONS:
-        hi = _fraction(p1 * c0)
-        lo = tl.zeros_like(hi)
-        small = p0 * c1_rest + p1 * c2_rest
+        p = pos.to(tl.float32)  # exact
+        c_hi = c.to(tl.float32)
+        c_lo = (c - c_hi.to(tl.float64)).to(tl.float32)  # the subtraction is exact
+        t, err = _product_and_error(p, c_hi)
+        hi, lo = _add_exactly(_fraction(t), tl.zeros_like(t), err)
+        return _add_exactly(hi, lo, p * c_lo)
     else:
+        p0 = (pos & 4095).to(tl.float32)
+        p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
         p2 = ((pos >> 24) & 4095).to(tl.float32) * 16777216.0
+        c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
         hi = _fraction(p2 * c0)
         lo = tl.zeros_like(hi)
         hi, lo = _add_exactly(hi, lo, _fraction(p2 * c1))
         hi, lo = _add_exactly(hi, lo, _fraction(p2 * c2))
         hi, lo = _add_exactly(hi, lo, _fraction(p1 * c0))
+        hi, lo = _add_exactly(hi, lo, _fraction(p1 * c1))
+        hi, lo = _add_exactly(hi, lo, _fraction(p0 * c0))
         small = p0 * c1_rest + p1 * c2_rest + p2 * c3_rest
-    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c1))
-    hi, lo = _add_exactly(hi, lo, _fraction(p0 * c0))
-    return _add_exactly(hi, lo, small)
+        return _add_exactly(hi, lo, small)
 
 
 @triton.jit
@@ -225,8 +244,22 @@ def rope_angles_kernel(
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
     if WIDE:  # a tensor of 2**31 elements or more: offsets in int64
         b, t = b.to(tl.int64), t.to(tl.int64)
-    i = tl.arange(0, BLOCK_HALF)[None, :]
+    # (tokens, heads, pairs) rows of q and k
+    t3, i3 = t[:, :, None], tl.arange(0, BLOCK_HALF)[None, None, :]
+    tok_mask = t3 < T
+    q_tok, qo_tok = q_ptr + b * sqb + t3 * sqt, qo_ptr + b * sqob + t3 * sqot
+    k_tok, ko_tok = k_ptr + b * skb + t3 * skt, ko_ptr + b * skob + t3 * skot
+    # The first block of heads is loaded before the angles are computed: its loads
+    # are in flight during the arithmetic, which otherwise adds to the launch's
+    # latency where the grid is one short wave (decode). HQ >= HK: a block of q
+    # heads, the same of k heads.
+    h = tl.arange(0, BLOCK_H)[None, :, None]
+    if WIDE:
+        h = h.to(tl.int64)
+    q1, q2 = _load_pairs(q_tok + h * sqh, sqd, tok_mask & (h < HQ), i3, HALF, INTERLEAVED)
+    k1, k2 = _load_pairs(k_tok + h * skh, skd, tok_mask & (h < HK), i3, HALF, INTERLEAVED)
     # The angles of a (tokens, pairs) tile, then broadcast over the tile's heads
+    i = tl.arange(0, BLOCK_HALF)[None, :]
     if HAS_POSITIONS:
         pos = tl.load(pos_ptr + b * spb + t * spt, mask=t < T, other=0).to(tl.int64)
     else:
@@ -246,12 +279,6 @@ def rope_angles_kernel(
     sin = tl.expand_dims(tl.where(valid, sin, float("nan")), 1)
     if BACKWARD:
         sin = -sin
-    # (tokens, heads, pairs) from here
-    t, i = t[:, :, None], tl.arange(0, BLOCK_HALF)[None, None, :]
-    tok_mask = t < T
-    q_tok, qo_tok = q_ptr + b * sqb + t * sqt, qo_ptr + b * sqob + t * sqot
-    k_tok, ko_tok = k_ptr + b * skb + t * skt, ko_ptr + b * skob + t * skot
-    # HQ >= HK: a block of q heads, the same of k heads
     for h0 in range(0, HQ, BLOCK_H):
         h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
         if WIDE:
@@ -259,18 +286,19 @@ def rope_angles_kernel(
         q_mask, k_mask = tok_mask & (h < HQ), tok_mask & (h < HK)
         q_row, qo_row = q_tok + h * sqh, qo_tok + h * sqoh
         k_row, ko_row = k_tok + h * skh, ko_tok + h * skoh
-        q1, q2 = _load_pairs(q_row, sqd, q_mask, i, HALF, INTERLEAVED)
-        k1, k2 = _load_pairs(k_row, skd, k_mask, i, HALF, INTERLEAVED)
-        q1, q2 = q1.to(cos.dtype), q2.to(cos.dtype)
-        k1, k2 = k1.to(cos.dtype), k2.to(cos.dtype)
+        if h0 > 0:  # the first block was loaded above
+            q1, q2 = _load_pairs(q_row, sqd, q_mask, i3, HALF, INTERLEAVED)
+            k1, k2 = _load_pairs(k_row, skd, k_mask, i3, HALF, INTERLEAVED)
+        qc1, qc2 = q1.to(cos.dtype), q2.to(cos.dtype)
+        kc1, kc2 = k1.to(cos.dtype), k2.to(cos.dtype)
         # (the output dtypes inline: a tuple of dtypes assigned in the loop does not
         # compile for sm_90, though the interpreter takes it)
-        q_out1 = (q1 * cos - q2 * sin).to(qo_ptr.dtype.element_ty)
-        q_out2 = (q2 * cos + q1 * sin).to(qo_ptr.dtype.element_ty)
-        k_out1 = (k1 * cos - k2 * sin).to(ko_ptr.dtype.element_ty)
-        k_out2 = (k2 * cos + k1 * sin).to(ko_ptr.dtype.element_ty)
-        _store_pairs(qo_row, sqod, q_mask, i, HALF, q_out1, q_out2, INTERLEAVED)
-        _store_pairs(ko_row, skod, k_mask, i, HALF, k_out1, k_out2, INTERLEAVED)
+        q_out1 = (qc1 * cos - qc2 * sin).to(qo_ptr.dtype.element_ty)
+        q_out2 = (qc2 * cos + qc1 * sin).to(qo_ptr.dtype.element_ty)
+        k_out1 = (kc1 * cos - kc2 * sin).to(ko_ptr.dtype.element_ty)
+        k_out2 = (kc2 * cos + kc1 * sin).to(ko_ptr.dtype.element_ty)
+        _store_pairs(qo_row, sqod, q_mask, i3, HALF, q_out1, q_out2, INTERLEAVED)
+        _store_pairs(ko_row, skod, k_mask, i3, HALF, k_out1, k_out2, INTERLEAVED)
         if COPY_PASS:
             _copy_pass_dims(q_row, qo_row, q_mask, R, D, sqd, sqod, BLOCK_PASS)
             _copy_pass_dims(k_row, ko_row, k_mask, R, D, skd, skod, BLOCK_PASS)
