@@ -16,6 +16,8 @@ from ropetut import scaling
 from ropetut.angles import apply_rope_angles
 from ropetut.check import TOLERANCE, relative_error
 from ropetut.book.angle_words import turn_words
+from ropetut.kernels import angles as angle_kernel
+from ropetut.kernels import launch
 from ropetut.kernels.angles import PAIRS_PER_TILE, _cos_sin_of_turn, rope_angles
 from ropetut.kernels.tiles import tile_sizes
 
@@ -116,6 +118,36 @@ def test_programs_below_2_to_24_agree_with_the_long_path():
     short, long = out[0, :4].double(), out[1, :4].double()
     assert not torch.equal(short, long)  # two paths, not one
     assert ((short - long).abs().max() / ref.abs().max()).item() <= 1e-6
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_one_short_wave_takes_its_own_tile_and_the_same_arithmetic(
+    monkeypatch, interleaved
+):
+    """A grid of no more programs than the GPU has SMs (decode) takes tiles of its own,
+    more warps and the first block's loads ahead of the angles (``angles._plan``); the
+    arithmetic per element is the same. Both ways, against the reference, and against
+    each other: the same bits through the interpreter, within the bound on the GPU
+    (each compile contracts its own FMAs)."""
+    inv_freq, _ = scaling.default(96, device=DEV)
+    positions = torch.tensor([[3, 2**20 + 1, 17], [2**24 + 5, 9, 2**12]], device=DEV)
+    q, k = randn(2, 3, 6, 128), randn(2, 3, 2, 128)
+    outs = {}
+    for sms in (0, 10**6):  # never one short wave, always
+        monkeypatch.setattr(launch, "_PLANS", {})
+        monkeypatch.setattr(launch, "_COMPILED", {})
+        monkeypatch.setattr(angle_kernel, "_sms", lambda q, sms=sms: sms)
+        outs[sms] = apply_rope_angles(
+            q, k, inv_freq, positions=positions, interleaved=interleaved,
+            rotary_dim=96,
+        )  # fmt: skip
+    for x, (many, short) in zip((q, k), zip(outs[0], outs[10**6]), strict=True):
+        ref = reference(x, positions, inv_freq, interleaved=interleaved, rotary_dim=96)
+        assert scale_error(many, ref) <= 1e-6 and scale_error(short, ref) <= 1e-6
+        if ropetut.on_gpu():
+            assert scale_error(short, many) <= 1e-6
+        else:
+            assert torch.equal(short, many)
 
 
 def test_positions_outside_the_range_give_nan():

@@ -238,7 +238,7 @@ def rope_angles_kernel(
     HAS_POSITIONS: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
     COPY_PASS: tl.constexpr, FP64: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
-    BLOCK_PASS: tl.constexpr,
+    BLOCK_PASS: tl.constexpr, LOADS_FIRST: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(1)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
@@ -249,15 +249,18 @@ def rope_angles_kernel(
     tok_mask = t3 < T
     q_tok, qo_tok = q_ptr + b * sqb + t3 * sqt, qo_ptr + b * sqob + t3 * sqot
     k_tok, ko_tok = k_ptr + b * skb + t3 * skt, ko_ptr + b * skob + t3 * skot
-    # The first block of heads is loaded before the angles are computed: its loads
-    # are in flight during the arithmetic, which otherwise adds to the launch's
-    # latency where the grid is one short wave (decode). HQ >= HK: a block of q
-    # heads, the same of k heads.
-    h = tl.arange(0, BLOCK_H)[None, :, None]
-    if WIDE:
-        h = h.to(tl.int64)
-    q1, q2 = _load_pairs(q_tok + h * sqh, sqd, tok_mask & (h < HQ), i3, HALF, INTERLEAVED)
-    k1, k2 = _load_pairs(k_tok + h * skh, skd, tok_mask & (h < HK), i3, HALF, INTERLEAVED)
+    # LOADS_FIRST (a grid of one short wave, decode): the first block of heads is
+    # loaded before the angles are computed, so that its loads are in flight during
+    # the arithmetic, which otherwise adds to the launch's latency. Elsewhere many
+    # programs share an SM and hide each other's arithmetic, and holding the block
+    # through it would cost registers. HQ >= HK: a block of q heads, the same of k's.
+    if LOADS_FIRST:
+        h = tl.arange(0, BLOCK_H)[None, :, None]
+        if WIDE:
+            h = h.to(tl.int64)
+        q_mask, k_mask = tok_mask & (h < HQ), tok_mask & (h < HK)
+        q1, q2 = _load_pairs(q_tok + h * sqh, sqd, q_mask, i3, HALF, INTERLEAVED)
+        k1, k2 = _load_pairs(k_tok + h * skh, skd, k_mask, i3, HALF, INTERLEAVED)
     # The angles of a (tokens, pairs) tile, then broadcast over the tile's heads
     i = tl.arange(0, BLOCK_HALF)[None, :]
     if HAS_POSITIONS:
@@ -286,7 +289,11 @@ def rope_angles_kernel(
         q_mask, k_mask = tok_mask & (h < HQ), tok_mask & (h < HK)
         q_row, qo_row = q_tok + h * sqh, qo_tok + h * sqoh
         k_row, ko_row = k_tok + h * skh, ko_tok + h * skoh
-        if h0 > 0:  # the first block was loaded above
+        if LOADS_FIRST:
+            if h0 > 0:  # the first block was loaded above
+                q1, q2 = _load_pairs(q_row, sqd, q_mask, i3, HALF, INTERLEAVED)
+                k1, k2 = _load_pairs(k_row, skd, k_mask, i3, HALF, INTERLEAVED)
+        else:
             q1, q2 = _load_pairs(q_row, sqd, q_mask, i3, HALF, INTERLEAVED)
             k1, k2 = _load_pairs(k_row, skd, k_mask, i3, HALF, INTERLEAVED)
         qc1, qc2 = q1.to(cos.dtype), q2.to(cos.dtype)
@@ -308,6 +315,12 @@ def rope_angles_kernel(
 # warps, chosen from a sweep of tiles and warps on the H100 (issue 26's note);
 # ``python -m ropetut bench-angles`` compares this kernel with the table's.
 PAIRS_PER_TILE, NUM_WARPS = 1024, 2
+# A grid of no more programs than the GPU has SMs (decode: 64 sequences of one token)
+# runs as one short wave, whose time is about one program's latency: there, tiles of
+# 2048 pairs (all 32 heads of an 8B-like model's q) with 8 warps, and LOADS_FIRST
+# (results/probe_angles_decode_h200.txt). CPU_SMS: the SMs the interpreter counts.
+SHORT_WAVE_PAIRS_PER_TILE, SHORT_WAVE_NUM_WARPS = 2048, 8
+CPU_SMS = 1
 
 
 def rope_angles(
@@ -334,6 +347,7 @@ def rope_angles(
         inv_freq.dtype, inv_freq.stride(),
         None if positions is None else (positions.stride(), positions.dtype),
         R, interleaved, backward, in_place, PAIRS_PER_TILE, NUM_WARPS,
+        SHORT_WAVE_PAIRS_PER_TILE, SHORT_WAVE_NUM_WARPS,
     )  # fmt: skip
     plan = kept_plan(
         rope_angles_kernel,
@@ -346,6 +360,13 @@ def rope_angles(
     return q_out, k_out
 
 
+def _sms(q) -> int:
+    """The SMs of q's GPU, or CPU_SMS under the interpreter."""
+    if q.is_cuda:
+        return torch.cuda.get_device_properties(q.device).multi_processor_count
+    return CPU_SMS
+
+
 def _plan(
     q, kk, q_out, kk_out, inv_freq, pos, has_k, has_positions, R, interleaved,
     backward,
@@ -355,6 +376,12 @@ def _plan(
     B, T, HQ, D = q.shape
     HK = kk.shape[2] if has_k else 0
     BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)
+    num_warps = NUM_WARPS
+    one_short_wave = B * triton.cdiv(T, BLOCK_T) <= _sms(q)
+    if one_short_wave:
+        pairs = SHORT_WAVE_PAIRS_PER_TILE
+        BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, pairs)
+        num_warps = SHORT_WAVE_NUM_WARPS
     spb, spt = pos.stride() if has_positions else (0, 0)
     scalars = (
         T, HQ, HK, R // 2, D, R, *q.stride(), *kk.stride(), *q_out.stride(),
@@ -367,7 +394,7 @@ def _plan(
         "WIDE": max(_last_offset(t) for t in (q, kk, q_out, kk_out)) >= 2**31,
         "BLOCK_T": BLOCK_T, "BLOCK_H": BLOCK_H, "BLOCK_HALF": BLOCK_HALF,
         "BLOCK_PASS": triton.next_power_of_2(max(D - R, 1)),
+        "LOADS_FIRST": one_short_wave,
     }  # fmt: skip
     grid = (triton.cdiv(T, BLOCK_T), B, 1)
-    return Plan(grid, (*scalars, *constexprs.values()), NUM_WARPS)
-
+    return Plan(grid, (*scalars, *constexprs.values()), num_warps)
