@@ -12,26 +12,26 @@ What it changes from ``final``, and why:
     ``inv_freq.double() * (1 / (2 * math.pi))`` on the CPU, kept out of any FMA; a
     division would round once, not twice, but the division cost 13 % of the graphed
     forward's time at decode and 4 to 7 % on 8B-like prefill shapes on the H200:
-    results/probe_angles_turns_h200.txt) and splits the product c exactly into fp32
-    words, three of 12 significant bits (``_turn_words``);
-  - the kernel splits the position into three 12-bit integer parts (two where every
-    position of the program is below 2**24: a branch per program, not per element);
-  - a product of a 12-bit part and a 12-bit word has at most 24 significant bits, so
-    float32 holds it exactly, and its fraction too: no FMA or Dekker split needed, and
-    a compiler contracting into an FMA cannot change it. The six large products are
-    exact; the three small ones left (at most inv_freq / 2pi each) cost about 1e-8 turn
-    (three and two where the program takes two parts);
-  - the fractions are summed in float-float (Knuth's TwoSum, exact) and reduced to
+    results/probe_angles_turns_h200.txt): c = inv_freq / 2pi;
+  - below 2**24 (a branch per program, not per element: every prefill shape, and
+    decode to 16M tokens) the position p is exact in fp32 and c is split into fp32
+    c_hi + c_lo; p * c_hi is a rounded product and its exact error (an FMA), the
+    product's fraction is exact, and only p * c_lo rounds (``_fraction_of_turns``);
+  - beyond, c is split exactly into three fp32 words of 12 significant bits
+    (``_turn_words``) and the position into three 12-bit integer parts; a product of
+    a part and a word has at most 24 significant bits, so float32 holds it exactly, and
+    its fraction too, whether or not a compiler contracts it into an FMA. The six
+    large products are exact;
+  - either way, the terms left (at most inv_freq / 2pi each) cost about 1e-8 turn; the
+    fractions are summed in float-float (Knuth's TwoSum, exact) and reduced to
     [-1/2, 1/2] turn; the turn, not an angle in radians, goes to cos and sin.
   tests/test_angles.py holds the error to 1e-6 of the output's scale up to position
   2**24. Beyond, the fp64 roundings of inv_freq / 2pi (2.2e-16 relative at most: the
   constant's and the product's) grow with the position: at most
   position * inv_freq * 2.2e-16 radians, 1.5e-5 at 2**36 for inv_freq = 1. A position
-  outside
-  [0, 2**36) gets NaN, as ``final`` gives NaN for a row outside its table.
-- the words are computed in the kernel, each program its own, not on the host: a
-  product and a dozen fp64 additions per pair and program (with heads first in the
-  tile, a program holds one or two tokens on 8B-like shapes: fp64 work per token),
+  outside [0, 2**36) gets NaN, as ``final`` gives NaN for a row outside its table.
+- c and its words are computed in the kernel, each program its own, not on the host
+  (with heads first in the tile, a program holds one or two tokens on 8B-like shapes),
   where the host took a dozen small torch ops a call, which a CUDA graph replayed on
   every call, longer than the table kernel's whole decode step. Now a call is one
   launch and nothing else, eager or graphed, and nothing is kept between calls that
@@ -40,13 +40,16 @@ What it changes from ``final``, and why:
   (``_cos_sin_of_turn``), not libdevice's sinf and cosf, whose reduction of large
   arguments is never needed here but bloats the kernel; the same arithmetic runs in
   Triton's interpreter.
-- the angles are a 2-D (tokens, pairs) tensor, broadcast over the tile's heads. Its
-  layout is a slice of the tile's: on 8B-like tiles (one token, 64 pairs) each thread
-  computes its own pairs' angles, but where a tile holds several tokens and few pairs
-  (D = 64, 8 heads), threads of other heads compute the same angles again (sm_90 PTX:
-  8 fp64 divisions a thread at 4 x 2048 x 8 x 64, for 32 pairs on 64 threads). A flat
-  range reshaped to the tile removed that there, but cost more where a tile holds many
-  tokens (the words computed per token): not kept.
+- the angles are a 2-D (tokens, pairs) tensor, broadcast over the tile's heads.
+- a grid of no more programs than the GPU has SMs (decode) runs as one short wave, its
+  time one program's latency. There the kernel takes a tile of all of an 8B-like
+  model's heads and 8 warps, and loads its first block of q and k before the angles,
+  so that the loads are in flight during the arithmetic (``LOADS_FIRST``). Elsewhere
+  many programs share an SM and hide each other's arithmetic, and holding the block
+  through it cost 4 % at prefill (results/probe_angles_decode_h200.txt). An ncu
+  profile of a decode step before these changes (results/profiles/) found q and k
+  loaded only after the whole chain, which the compiler (Triton 3.6) had computed twice,
+  in two layouts, with 5 times the table kernel's instructions a warp.
 - fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product
   (compiled, it is fused into the reduction's FMAs: the turn is no less exact, and may
   differ from the interpreter's in its last bits).
@@ -71,7 +74,7 @@ from .tiles import tile_sizes
 # as triton.jit decides: libdevice calls run only compiled
 COMPILED = tl.constexpr(not knobs.runtime.interpret)
 MAX_POSITION = tl.constexpr(2**36)  # positions in three 12-bit parts
-SHORT_POSITIONS = tl.constexpr(2**24)  # below: two parts (``_fraction_of_turns``)
+SHORT_POSITIONS = tl.constexpr(2**24)  # below: the short path (``_fraction_of_turns``)
 TWO_PI_HI = tl.constexpr(6.2831854820251465)  # float32(2 pi)
 TWO_PI_LO = tl.constexpr(-1.7484555314695172e-07)  # float32(2 pi - TWO_PI_HI)
 TURNS_PER_RADIAN = tl.constexpr(1 / (2 * math.pi))  # float64(1 / float64(2 pi))
