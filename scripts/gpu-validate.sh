@@ -24,7 +24,8 @@
 #             (default "0 1 2 3 4") trained into /tmp/study beside the committed
 #             results/training_h100/study/*.json, which the runner skips, for at most
 #             STUDY_SECONDS (default 520); on every GPU at once (GPUS: how many, default
-#             all), the (study, seed) pairs dealt to them in turn, the GPUs' logs in
+#             all; RUNNERS_PER_GPU runners on each, default 1), the (study, seed) pairs
+#             dealt to the runners in turn, the runners' logs in
 #             $OUT/study-gpus.log; every run there, old and new, comes back as
 #             $OUT/study.tgz: unpack it as results/training_h100/STUDY_PLAN.md says (into
 #             study/ only with chapter 09 re-executed), then run scripts/study_verdicts.py.
@@ -205,21 +206,26 @@ study() {
   fi
   # the GPUs as the machine numbers them, where CUDA_VISIBLE_DEVICES already picks some
   IFS=, read -r -a visible <<< "${CUDA_VISIBLE_DEVICES:-}"
-  # (study, seed) pairs dealt to the GPUs in turn: each seed's runs on one GPU, so a
-  # paired comparison (by seed) compares no two GPUs within a call
+  # (study, seed) pairs dealt to the runners in turn, RUNNERS_PER_GPU (default 1) a GPU,
+  # runner r on GPU r mod gpus: each seed's runs in one runner, so a paired comparison
+  # (by seed) compares no two GPUs within a call. Two runners on one GPU share it: their
+  # time per step is each other's company too (the chapter says so where it compares it)
+  local runners=$((gpus * ${RUNNERS_PER_GPU:-1})) gpu
   for entry in $STUDIES; do
     name=${entry%%:*} seeds=${SEEDS:-0 1 2 3 4}
     [[ $entry != *:* ]] || seeds=${entry#*:}
     for seed in ${seeds//,/ }; do
-      jobs[n % gpus]+="$name:$seed "
+      jobs[n % runners]+="$name:$seed "
       n=$((n + 1))
     done
   done
-  for ((i = 0; i < gpus; i++)); do
+  for ((i = 0; i < runners; i++)); do
     [[ -n "${jobs[i]:-}" ]] || continue
-    echo "study: GPU $i: ${jobs[i]}"
+    gpu=$((i % gpus))
+    echo "study: runner $i on GPU $gpu: ${jobs[i]}"
     # shellcheck disable=SC2086
-    study_on_gpu "${visible[i]:-$i}" "$end" ${jobs[i]} > "/tmp/study-logs/gpu$i.log" 2>&1 &
+    study_on_gpu "${visible[gpu]:-$gpu}" "$end" ${jobs[i]} \
+      > "/tmp/study-logs/runner$i.log" 2>&1 &
     pids+=($!)
   done
   # the archive and the logs refreshed while they train: a call cut short still returns
@@ -232,7 +238,7 @@ study() {
   kill "$packer"
   wait "$packer" 2>/dev/null || true
   pack_study
-  for log in /tmp/study-logs/gpu*.log; do
+  for log in /tmp/study-logs/runner*.log; do
     echo "-- $log" && tail -n 12 "$log"
   done
   return $status
@@ -241,7 +247,7 @@ pack_study() {  # /tmp/study's runs, old and new, as $OUT/study.tgz; the logs as
   [[ -n "${OUT:-}" ]] || return 0
   (
     flock 9
-    tail -n +1 /tmp/study-logs/gpu*.log > "$OUT/study-gpus.log" 2>/dev/null
+    tail -n +1 /tmp/study-logs/runner*.log > "$OUT/study-gpus.log" 2>/dev/null
     cd /tmp/study && tar -czf "$OUT/.study.tgz" -- *.json \
       && mv "$OUT/.study.tgz" "$OUT/study.tgz"
     rm -f "$OUT/.study.tgz"
