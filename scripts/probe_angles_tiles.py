@@ -5,8 +5,10 @@
 
 On bench-angles' shapes it replays the table kernel and the table-free kernel from CUDA
 graphs (the GPU's time alone) for tiles of 512 to 4096 pairs and 1 to 8 warps a program
-(``ropetut.kernels.angles.PAIRS_PER_TILE`` and ``NUM_WARPS``, which the launch key reads
-at every call), and prints each as table-free ÷ table and as a share of the copy floor.
+(``ropetut.kernels.angles.PAIRS_PER_TILE`` and ``NUM_WARPS``, and the same for one short
+wave's ``SHORT_WAVE_PAIRS_PER_TILE`` and ``SHORT_WAVE_NUM_WARPS``, which the launch key
+reads at every call), and prints each as table-free ÷ table and as a share of the copy
+floor; "<- chosen" marks the module's tile for the kind of grid the shape launches.
 The table kernel keeps its own tuning throughout: only the table-free one is swept.
 
 --tiles: only these pairs/warps (default: every pair of 512 to 4096 and 1 to 8).
@@ -18,9 +20,11 @@ The table kernel keeps its own tuning throughout: only the table-free one is swe
     instructions; results/probe_angles_turns_h200.txt timed both). It replaces
     ``angles._turns_per_position`` in this process before anything compiles, so Triton
     compiles (and caches) that variant under a key of its own.
---angle long: the exact angle as before 2026-12-01, three position parts in every
-    program (``_fraction_of_turns_long``), where the kernel now takes two in a program
-    whose positions are all below 2**24.
+--angle long: the exact angle as before 2026-12-01, three position parts and 12-bit
+    words in every program (``_fraction_of_turns_long``), where the kernel now takes
+    one product and its exact error in a program whose positions are all below 2**24.
+--loads-first never: no launch loads q and k ahead of the angles (``LOADS_FIRST``
+    off in every plan), for what the loads ahead buy in one short wave (decode).
 --angle fp32 | none: what the exact angle costs, by leaving it out (wrong outputs,
     the same loads and stores): fp32 takes p * inv_freq / 2pi as one float32 product
     (the naive angle, then the same polynomials); none computes no angle at all (a
@@ -47,6 +51,7 @@ from ropetut.kernels.angles import (  # the kernel's own, before --angle replace
 )  # fmt: skip
 
 PAIRS = (512, 1024, 2048, 4096)
+MODULE_PLAN = angles._plan  # before --loads-first replaces it
 WARPS = (1, 2, 4, 8)
 
 
@@ -117,11 +122,21 @@ def graphed(name, shape, mode):
     return bench.graph_ms(fn, make_inputs=partial(bench.make_inputs, shape, mode))
 
 
+def never_loads_first(plan_of):
+    """--loads-first never: ``angles._plan`` with LOADS_FIRST (the last constexpr) off."""
+
+    def plan(*args):
+        made = plan_of(*args)
+        return made._replace(args=(*made.args[:-1], False))
+
+    return plan
+
+
 def one_short_wave(shape):
     """Whether the kernel's launch at shape is one short wave (``angles._plan``), with
     the module's tiles."""
     q = bench.make_inputs(shape, "fwd")[0]
-    plan = angles._plan(q, q, q, q, q, q, False, False, shape.D, False, False)
+    plan = MODULE_PLAN(q, q, q, q, q, q, False, False, shape.D, False, False)
     return plan.args[-1]  # the last constexpr: LOADS_FIRST
 
 
@@ -138,6 +153,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--turns", choices=("division", "product"), default="product")
     parser.add_argument("--angle", choices=tuple(ANGLE_VARIANTS), default="exact")
+    parser.add_argument("--loads-first", choices=("auto", "never"), default="auto")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats: at least 1, got {args.repeats}")
@@ -148,10 +164,12 @@ def main():
         angles._turns_per_position = _turns_by_division
     for name, replacement in ANGLE_VARIANTS[args.angle].items():
         setattr(angles, name, replacement)
+    if args.loads_first == "never":
+        angles._plan = never_loads_first(angles._plan)
     chosen = angles.PAIRS_PER_TILE, angles.NUM_WARPS
     chosen_short = angles.SHORT_WAVE_PAIRS_PER_TILE, angles.SHORT_WAVE_NUM_WARPS
     tiles = args.tiles or list(itertools.product(PAIRS, WARPS))
-    print(f"turns by {args.turns}, angle {args.angle}; "
+    print(f"turns by {args.turns}, angle {args.angle}, loads first {args.loads_first}; "
           f"medians of {args.repeats} round(s)")  # fmt: skip
     for shape, mode in itertools.product(bench_angles.SHAPES, args.modes):
         floor = bench.copy_floor_ms(shape, mode, graphed=True)

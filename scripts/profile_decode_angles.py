@@ -1,9 +1,13 @@
 """One decode step of the table-free kernel and of the table kernel, for a profiler (GPU).
 
     ncu --clock-control none --kernel-name regex:'rope_(final|angles)_kernel' \
-        --launch-skip 6 --launch-count 2 --section SpeedOfLight --section LaunchStats \
-        --section WarpStateStats --section SchedulerStats --section InstructionStats \
+        --launch-skip 6 --launch-count 2 --set full --import-source yes -o decode \
         python3 scripts/profile_decode_angles.py
+    ncu -i decode.ncu-rep --page details > details.txt
+    ncu -i decode.ncu-rep --page source --csv --print-source sass > source.csv
+    python3 scripts/ncu_memory_order.py source.csv
+
+(as run for results/profiles/, about a minute on the H200)
 
 Issue 26's decode shape as ``python -m ropetut bench-angles`` builds it (64 sequences
 of one token, 32/8 heads of 128, bf16, positions near 2**20): each provider three

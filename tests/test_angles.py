@@ -120,19 +120,37 @@ def test_programs_below_2_to_24_agree_with_the_long_path():
     assert ((short - long).abs().max() / ref.abs().max()).item() <= 1e-6
 
 
+@pytest.fixture(params=["many programs", "one short wave"])
+def plan(request, monkeypatch):
+    """Either plan of ``angles._plan``, whatever the GPU: the SM count it compares the
+    grid with set to 0 (never one short wave) or to 10**6 (always), kept plans and
+    kernels cleared."""
+    sms = 10**6 if request.param == "one short wave" else 0
+    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(angle_kernel, "_sms", lambda q: sms)
+    return request.param
+
+
+def kept_plans():
+    """(num_warps, LOADS_FIRST) of every table-free plan kept so far."""
+    kernel = angle_kernel.rope_angles_kernel
+    plans = [p for (k, _), p in launch._PLANS.items() if k is kernel]
+    return {(p.num_warps, p.args[-1]) for p in plans}  # LOADS_FIRST: the last arg
+
+
+@pytest.mark.parametrize("HQ", [6, 64])  # 64: two blocks of heads in a short wave
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_one_short_wave_takes_its_own_tile_and_the_same_arithmetic(
-    monkeypatch, interleaved
-):
-    """A grid of no more programs than the GPU has SMs (decode) takes tiles of its own,
-    more warps and the first block's loads ahead of the angles (``angles._plan``); the
-    arithmetic per element is the same. Both ways, against the reference, and against
-    each other: the same bits through the interpreter, within the bound on the GPU
-    (each compile contracts its own FMAs)."""
+def test_both_plans_give_the_same_outputs(monkeypatch, HQ, interleaved):
+    """A grid of no more programs than the GPU has SMs (decode) takes the same tokens a
+    program, more heads, more warps, and the first block's loads ahead of the angles
+    (``angles._plan``); each program's arithmetic is the same. Both plans against the
+    reference, and against each other: the same bits through the interpreter, within
+    the bound on the GPU (each compile contracts its own FMAs)."""
     inv_freq, _ = scaling.default(96, device=DEV)
-    positions = torch.tensor([[3, 2**20 + 1, 17], [2**24 + 5, 9, 2**12]], device=DEV)
-    q, k = randn(2, 3, 6, 128), randn(2, 3, 2, 128)
-    outs = {}
+    positions = torch.tensor([[3, 2**20 + 1, 17], [2**24 + 5, 9, 1000001]], device=DEV)
+    q, k = randn(2, 3, HQ, 128), randn(2, 3, 2, 128)
+    outs, plans = {}, {}
     for sms in (0, 10**6):  # never one short wave, always
         monkeypatch.setattr(launch, "_PLANS", {})
         monkeypatch.setattr(launch, "_COMPILED", {})
@@ -141,6 +159,9 @@ def test_one_short_wave_takes_its_own_tile_and_the_same_arithmetic(
             q, k, inv_freq, positions=positions, interleaved=interleaved,
             rotary_dim=96,
         )  # fmt: skip
+        plans[sms] = kept_plans()
+    short_warps = angle_kernel.SHORT_WAVE_NUM_WARPS
+    assert plans == {0: {(angle_kernel.NUM_WARPS, False)}, 10**6: {(short_warps, True)}}
     for x, (many, short) in zip((q, k), zip(outs[0], outs[10**6]), strict=True):
         ref = reference(x, positions, inv_freq, interleaved=interleaved, rotary_dim=96)
         assert scale_error(many, ref) <= 1e-6 and scale_error(short, ref) <= 1e-6
@@ -171,7 +192,7 @@ CASES = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("case", CASES, ids=str)
 @pytest.mark.parametrize("inplace", [False, True])
-def test_options_against_the_reference(case, dtype, inplace):
+def test_options_against_the_reference(case, dtype, inplace, plan):
     B, T, HQ, HK, D = (case[key] for key in ("B", "T", "HQ", "HK", "D"))
     layout = case.get("layout", "bthd")
     R = case.get("rotary_dim") or D

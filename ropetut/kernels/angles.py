@@ -319,9 +319,10 @@ def rope_angles_kernel(
 # ``python -m ropetut bench-angles`` compares this kernel with the table's.
 PAIRS_PER_TILE, NUM_WARPS = 1024, 2
 # A grid of no more programs than the GPU has SMs (decode: 64 sequences of one token)
-# runs as one short wave, whose time is about one program's latency: there, tiles of
-# 2048 pairs (all 32 heads of an 8B-like model's q) with 8 warps, and LOADS_FIRST
-# (results/probe_angles_decode_h200.txt). CPU_SMS: the SMs the interpreter counts.
+# runs as one short wave, whose time is about one program's latency: there, the same
+# tokens a program but heads up to 2048 pairs (all 32 heads of an 8B-like model's q at
+# decode), 8 warps, and LOADS_FIRST (results/probe_angles_decode_h200.txt). CPU_SMS:
+# the SMs the interpreter counts.
 SHORT_WAVE_PAIRS_PER_TILE, SHORT_WAVE_NUM_WARPS = 2048, 8
 CPU_SMS = 1
 
@@ -381,9 +382,9 @@ def _plan(
     BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)
     num_warps = NUM_WARPS
     one_short_wave = B * triton.cdiv(T, BLOCK_T) <= _sms(q)
-    if one_short_wave:
-        pairs = SHORT_WAVE_PAIRS_PER_TILE
-        BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, pairs)
+    if one_short_wave:  # the same tokens a program: more heads, more warps
+        heads = max(1, SHORT_WAVE_PAIRS_PER_TILE // (BLOCK_T * BLOCK_HALF))
+        BLOCK_H = min(triton.next_power_of_2(HQ), heads)
         num_warps = SHORT_WAVE_NUM_WARPS
     spb, spt = pos.stride() if has_positions else (0, 0)
     scalars = (
