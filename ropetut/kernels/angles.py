@@ -40,16 +40,19 @@ What it changes from ``final``, and why:
   (``_cos_sin_of_turn``), not libdevice's sinf and cosf, whose reduction of large
   arguments is never needed here but bloats the kernel; the same arithmetic runs in
   Triton's interpreter.
-- the angles are a 2-D (tokens, pairs) tensor, broadcast over the tile's heads.
+- the angles are a 2-D (tokens, pairs) tensor, broadcast over the tile's heads. Where a
+  program's threads outnumber its (tokens, pairs), several compute the same angle: a
+  decode program of 8 warps computes each of its 64 angles four times, in parallel.
 - a grid of no more programs than the GPU has SMs (decode) runs as one short wave, its
   time one program's latency. There the kernel takes a tile of all of an 8B-like
   model's heads and 8 warps, and loads its first block of q and k before the angles,
   so that the loads are in flight during the arithmetic (``LOADS_FIRST``). Elsewhere
   many programs share an SM and hide each other's arithmetic, and holding the block
-  through it cost 4 % at prefill (results/probe_angles_decode_h200.txt). An ncu
-  profile of a decode step before these changes (results/profiles/) found q and k
-  loaded only after the whole chain, which the compiler (Triton 3.6) had computed twice,
-  in two layouts, with 5 times the table kernel's instructions a warp.
+  through it cost the forward 4 % at prefill (results/probe_angles_decode_h200.txt).
+  An ncu profile of a decode step before these changes (results/profiles/) found q and
+  k loaded only after the whole chain, which the compiler (Triton 3.6) had computed
+  twice, in two layouts: 5 times the table kernel's instructions a warp, on a quarter
+  of its warps a program.
 - fp64 inputs (gradcheck) compute ``position * inv_freq / 2pi`` as one fp64 product
   (compiled, it is fused into the reduction's FMAs: the turn is no less exact, and may
   differ from the interpreter's in its last bits).
