@@ -40,7 +40,10 @@ EPS = bench_qk_norm.EPS
 CONFIGS = [
     {},  # the module's FORWARD / BACKWARD
     {"pairs_per_tile": 1024, "num_warps": 4, "programs_per_sm": 2},
+    {"pairs_per_tile": 1024, "num_warps": 4, "programs_per_sm": 4},
     {"pairs_per_tile": 1024, "num_warps": 4, "programs_per_sm": 5},
+    {"pairs_per_tile": 1024, "num_warps": 4, "programs_per_sm": 6},
+    {"pairs_per_tile": 1024, "num_warps": 4, "programs_per_sm": 7},
     {"pairs_per_tile": 512, "num_warps": 4, "programs_per_sm": 6},
     {"pairs_per_tile": 512, "num_warps": 2, "programs_per_sm": 8},
     {"pairs_per_tile": 2048, "num_warps": 8, "programs_per_sm": 2},
