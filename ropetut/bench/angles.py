@@ -10,7 +10,12 @@
 
 Each row is the median of ``--runs`` passes over every shape (3 by default; a pass
 times each provider once, so a slow moment of the GPU lands on all of them), and keeps
-each pass's times. ``ratio`` is table-free ÷ table from the medians. Decode reads
+each pass's times. ``ratio`` is table-free ÷ table: the median of each pass's ratio,
+the two rows of a pass timed one after the other (eager times of host-paced rows drift
+between passes by more than the kernels differ: 2026-12-02, on the H200, one decode
+row's three passes took 0.006, 0.060 and 0.009 ms: the table's forward in
+results/bench_angles_h200.json), kept per pass as ``ratio_runs``
+(graphed: ``graph_ratio``, ``graph_ratio_runs``). Decode reads
 positions near 2**20: the table holds 2**20 + 4096 rows there (512 MiB of fp32 cos
 and sin), which is the case table-free exists for. Without a GPU nothing is timed.
 """
@@ -85,7 +90,7 @@ def one_pass(shapes, modes, bar) -> list:
 def median_rows(passes: list) -> list:
     """One row per (shape, mode, provider): the median of each time over the passes,
     % of floor from the median times, every pass's times kept, and for table-free
-    its ratio to the table."""
+    its ratio to the table: the median of each pass's ratio."""
     rows = []
     for same in zip(*passes):
         row = dict(same[0])
@@ -105,20 +110,22 @@ def median_rows(passes: list) -> list:
             if r["provider"] == bench.COPY
         }
         table = {
-            (r["shape"], r["mode"]): r[prefix + "ms"]
-            for r in rows
-            if r["provider"] == TABLE
+            (r["shape"], r["mode"]): r for r in rows if r["provider"] == TABLE
         }
         for r in rows:  # None where a time is missing (an error in some pass)
             key, ms = (r["shape"], r["mode"]), r[prefix + "ms"]
             r[prefix + "pct_floor"] = (
                 floor[key] / ms * 100 if ms and floor[key] else None
             )
-            r[prefix + "ratio"] = (
-                ms / table[key]
-                if r["provider"] == TABLE_FREE and ms and table[key]
-                else None
-            )
+            other = table.get(key) or {}
+            paired = r["provider"] == TABLE_FREE and ms and other.get(prefix + "ms")
+            # each pass's ratio of times taken one after the other, then their median
+            runs = None
+            if paired:
+                pairs = zip(r[prefix + "runs_ms"], other[prefix + "runs_ms"])
+                runs = [a / b for a, b in pairs]
+            r[prefix + "ratio_runs"] = runs
+            r[prefix + "ratio"] = statistics.median(runs) if runs else None
             r[prefix + "vs_liger"] = None  # bench.format_table's column
     return rows
 
