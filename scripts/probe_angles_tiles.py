@@ -20,9 +20,10 @@ The table kernel keeps its own tuning throughout: only the table-free one is swe
     instructions; results/probe_angles_turns_h200.txt timed both). It replaces
     ``angles._turns_per_position`` in this process before anything compiles, so Triton
     compiles (and caches) that variant under a key of its own.
---angle long: the exact angle as before 2026-12-01, three position parts and 12-bit
-    words in every program (``_fraction_of_turns_long``), where the kernel now takes
-    one product and its exact error in a program whose positions are all below 2**24.
+--angle long: the long path (three position parts and 12-bit words,
+    ``angles._fraction_of_turns_long``) in every program, as the kernel took before
+    2026-12-01, where it now takes one product and its exact error in a program whose
+    positions are all below 2**24.
 --loads-first never: no launch loads q and k ahead of the angles (``LOADS_FIRST``
     off in every plan), for what the loads ahead buy in one short wave (decode).
 --angle fp32 | none: what the exact angle costs, by leaving it out (wrong outputs,
@@ -46,9 +47,6 @@ import triton.language as tl
 from ropetut import bench
 from ropetut.bench import angles as bench_angles
 from ropetut.runtime import NO_GPU, on_gpu
-from ropetut.kernels.angles import (  # the kernel's own, before --angle replaces any
-    _add_exactly, _fraction, _turn_words,
-)  # fmt: skip
 
 PAIRS = (512, 1024, 2048, 4096)
 MODULE_PLAN = angles._plan  # before --loads-first replaces it
@@ -87,26 +85,9 @@ def _cos_sin_left_out(turn, lo):
     return turn, lo
 
 
-@triton.jit
-def _fraction_of_turns_long(c, pos):
-    """--angle long: the kernel's exact angle before 2026-12-01, with no short path."""
-    p0 = (pos & 4095).to(tl.float32)
-    p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
-    p2 = ((pos >> 24) & 4095).to(tl.float32) * 16777216.0
-    c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
-    hi = _fraction(p2 * c0)
-    lo = tl.zeros_like(hi)
-    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c1))
-    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c2))
-    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c0))
-    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c1))
-    hi, lo = _add_exactly(hi, lo, _fraction(p0 * c0))
-    return _add_exactly(hi, lo, p0 * c1_rest + p1 * c2_rest + p2 * c3_rest)
-
-
 ANGLE_VARIANTS = {  # --angle: the kernel's functions replaced, by name
     "exact": {},
-    "long": {"_fraction_of_turns": _fraction_of_turns_long},
+    "long": {"_fraction_of_turns": angles._fraction_of_turns_long},
     "fp32": {"_fraction_of_turns": _fraction_in_float32},
     "none": {
         "_turns_per_position": _turns_only_converted,

@@ -185,10 +185,8 @@ def _fraction_of_turns(c, pos):
     16M tokens) takes the short path: the position is exact in fp32, c is split into
     fp32 c_hi + c_lo (to 2**-48 of c), and p * c_hi is a rounded product t plus its
     exact error (``_product_and_error``); t's fraction is exact, and only p * c_lo,
-    at most c in size, rounds: about 1e-8 turn. Beyond 2**24, the long path: the
-    position in three 12-bit parts and c in three 12-bit words (``_turn_words``). Six
-    products of a part and a word are exact, and so are their fractions; the three
-    that are left are at most c in size, so rounding them costs about 1e-8 turn."""
+    at most c in size, rounds: about 1e-8 turn. Beyond 2**24, the long path
+    (``_fraction_of_turns_long``)."""
     if tl.max(pos) < SHORT_POSITIONS:
         p = pos.to(tl.float32)  # exact
         c_hi = c.to(tl.float32)
@@ -197,19 +195,28 @@ def _fraction_of_turns(c, pos):
         hi, lo = _add_exactly(_fraction(t), tl.zeros_like(t), err)
         return _add_exactly(hi, lo, p * c_lo)
     else:
-        p0 = (pos & 4095).to(tl.float32)
-        p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
-        p2 = ((pos >> 24) & 4095).to(tl.float32) * 16777216.0
-        c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
-        hi = _fraction(p2 * c0)
-        lo = tl.zeros_like(hi)
-        hi, lo = _add_exactly(hi, lo, _fraction(p2 * c1))
-        hi, lo = _add_exactly(hi, lo, _fraction(p2 * c2))
-        hi, lo = _add_exactly(hi, lo, _fraction(p1 * c0))
-        hi, lo = _add_exactly(hi, lo, _fraction(p1 * c1))
-        hi, lo = _add_exactly(hi, lo, _fraction(p0 * c0))
-        small = p0 * c1_rest + p1 * c2_rest + p2 * c3_rest
-        return _add_exactly(hi, lo, small)
+        return _fraction_of_turns_long(c, pos)
+
+
+@triton.jit
+def _fraction_of_turns_long(c, pos):
+    """``_fraction_of_turns`` for positions to 2**36: the position in three 12-bit parts
+    and c in three 12-bit words (``_turn_words``). Six products of a part and a word
+    are exact, and so are their fractions; the three that are left are at most c in
+    size, so rounding them costs about 1e-8 turn."""
+    p0 = (pos & 4095).to(tl.float32)
+    p1 = ((pos >> 12) & 4095).to(tl.float32) * 4096.0
+    p2 = ((pos >> 24) & 4095).to(tl.float32) * 16777216.0
+    c0, c1, c2, c1_rest, c2_rest, c3_rest = _turn_words(c)
+    hi = _fraction(p2 * c0)
+    lo = tl.zeros_like(hi)
+    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c1))
+    hi, lo = _add_exactly(hi, lo, _fraction(p2 * c2))
+    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c0))
+    hi, lo = _add_exactly(hi, lo, _fraction(p1 * c1))
+    hi, lo = _add_exactly(hi, lo, _fraction(p0 * c0))
+    small = p0 * c1_rest + p1 * c2_rest + p2 * c3_rest
+    return _add_exactly(hi, lo, small)
 
 
 @triton.jit
