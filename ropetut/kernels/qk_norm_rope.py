@@ -49,8 +49,9 @@ and stores ahead of the next loads.
   tile's cos/sin rows are loaded once for all its heads.
 - The next unit is loaded before this one is stored: two units in flight a program.
   A new tile's cos/sin rows are loaded after the last store that needs the old ones,
-  so one set is live: compiled for sm_90 (Triton 3.6, bf16, D = 128), 72 registers
-  a thread forward and 128 backward, where holding both sets took 96 and 147.
+  so one set is live: compiled for sm_90 (Triton 3.6, bf16, D = 128, 1024 pairs a
+  tile), 72 registers a thread forward and 128 backward, where holding both sets
+  took 96 and 147.
 - The backward adds each row's share of dw element-wise into fp32 registers across all
   its units, and sums them over tokens and heads once, at the end: no barrier in the
   loop. Each program writes its sum as one row of an (n_programs, D) buffer, which the
@@ -673,13 +674,16 @@ class Tuning(NamedTuple):
     programs_per_sm: int  # the persistent grid; CPU_SMS "SMs" under the interpreter
 
 
-# 1024 pairs = 16 tokens of D = 128: 16 bytes a thread a load in bf16 with 4 warps.
-# Compiled for sm_90 (bf16, D = 128), the registers a thread of the forward let 5
-# programs of 4 warps share an SM, the backward's 3, and a persistent grid wants no
-# more programs than fit at once (the compiled kernels' register counts, and an H100
-# sweep of tiles, warps and programs per SM: issue 25's note).
-FORWARD = Tuning(pairs_per_tile=1024, num_warps=4, programs_per_sm=5)
-BACKWARD = Tuning(pairs_per_tile=1024, num_warps=4, programs_per_sm=3)
+# 2048 pairs = 32 tokens of D = 128 over 4 warps: 32 bytes of x1 and of x2 a thread
+# in bf16, two 16-byte loads each. Compiled for sm_90 (Triton 3.6, bf16, D = 128), the
+# forward holds 128 registers a thread and the backward 247, so exactly 4 and 2
+# programs of 4 warps fit an SM, and a persistent grid wants no more than fit. Chosen
+# by scripts/probe_qk_norm.py on an H200 at a0d4c91d0f
+# (results/probe_qk_norm_h200.txt): of its configs, this tile gave the fastest forward
+# on every prefill shape (91-94 % of the copy floor, graphed, where 1024 pairs at 5
+# programs gave 83-84 %), and the fastest backward (fwd+bwd less fwd) at 2 programs.
+FORWARD = Tuning(pairs_per_tile=2048, num_warps=4, programs_per_sm=4)
+BACKWARD = Tuning(pairs_per_tile=2048, num_warps=4, programs_per_sm=2)
 CPU_SMS = 1  # under the interpreter: a few programs, so each walks several units
 
 
