@@ -34,9 +34,9 @@ pinned() {
 }
 fetch $(for p in nbformat nbclient nbval ipykernel ipywidgets docutils; do pinned $p; done)
 fetch --no-deps "liger-kernel==$LIGER"
-# pytest-xdist, for the tests step's JOBS=N (the suite took over 7 minutes alone on
-# the H200 on 2026-12-02, longer than a device call of 10 minutes leaves beside the chapters)
-fetch --no-deps pytest-xdist execnet
+# pytest-xdist, for the tests step's JOBS=N: on the H200 on 2026-12-02 the suite alone
+# reached 68 % in about 430 s (the call's limit cut it), and took 137 s with JOBS=8
+fetch --no-deps pytest-xdist==3.8.0 execnet==2.1.2
 # on the image already (KINDS.md's package list): keep its versions
 on_image=(attrs coverage iniconfig packaging pluggy psutil pygments pytest python_dateutil
           typing_extensions six)

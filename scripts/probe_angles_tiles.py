@@ -104,7 +104,8 @@ def graphed(name, shape, mode):
 
 
 def never_loads_first(plan_of):
-    """--loads-first never: ``angles._plan`` with LOADS_FIRST (the last constexpr) off."""
+    """--loads-first never: ``angles._plan`` with LOADS_FIRST (the last constexpr)
+    off."""
 
     def plan(*args):
         made = plan_of(*args)
