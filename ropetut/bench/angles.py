@@ -14,7 +14,7 @@ each pass's times. ``ratio`` is table-free ÷ table: the median of each pass's r
 the two rows of a pass timed one after the other (eager times of host-paced rows drift
 between passes by more than the kernels differ: 2026-12-02, on the H200, one decode
 row's three passes took 0.006, 0.060 and 0.009 ms: the table's forward in
-results/bench_angles_h200.json), kept per pass as ``ratio_runs``
+results/bench_angles_h200.json at ee860b25f5), kept per pass as ``ratio_runs``
 (graphed: ``graph_ratio``, ``graph_ratio_runs``). Decode reads
 positions near 2**20: the table holds 2**20 + 4096 rows there (512 MiB of fp32 cos
 and sin), which is the case table-free exists for. Without a GPU nothing is timed.

@@ -41,17 +41,17 @@ on every tile (barriers in the loop), k's few heads run in tiles sized for q's m
 and stores ahead of the next loads.
 
 - A unit of work is a tile of BLOCK_T tokens x BLOCK_H heads x all pairs of one tensor:
-  tokens first (prefill: 16 tokens of one head for D = 128), heads when the tokens run
+  tokens first (prefill: 32 tokens of one head for D = 128), heads when the tokens run
   out (decode: one token, as many heads as fit). q and k have programs of their own,
   each with its own BLOCK_H, so no warp idles on k's fewer heads.
 - A persistent grid: ``programs_per_sm`` programs an SM, split between q and k by
   their heads. Each walks a contiguous run of its tensor's units, heads fastest, so a
   tile's cos/sin rows are loaded once for all its heads.
 - The next unit is loaded before this one is stored: two units in flight a program.
-  A new tile's cos/sin rows are loaded after the last store that needs the old ones,
-  so one set is live: compiled for sm_90 (Triton 3.6, bf16, D = 128, 1024 pairs a
-  tile), 72 registers a thread forward and 128 backward, where holding both sets
-  took 96 and 147.
+  A new tile's cos/sin rows are loaded once the old ones are used for the last time
+  (after this unit is computed and stored), so one set is live: compiled for sm_90
+  (Triton 3.6, bf16, D = 128, 1024 pairs a tile), 72 registers a thread forward and
+  128 backward, where holding both sets took 96 and 145 (the H200 at 934e20073a).
 - The backward adds each row's share of dw element-wise into fp32 registers across all
   its units, and sums them over tokens and heads once, at the end: no barrier in the
   loop. Each program writes its sum as one row of an (n_programs, D) buffer, which the
@@ -680,8 +680,10 @@ class Tuning(NamedTuple):
 # programs of 4 warps fit an SM, and a persistent grid wants no more than fit. Chosen
 # by scripts/probe_qk_norm.py on an H200 at a0d4c91d0f
 # (results/probe_qk_norm_h200.txt): of its configs, this tile gave the fastest forward
-# on every prefill shape (91-94 % of the copy floor, graphed, where 1024 pairs at 5
-# programs gave 83-84 %), and the fastest backward (fwd+bwd less fwd) at 2 programs.
+# on every prefill shape, tied on one (91-94 % of the copy floor, graphed; the kernel
+# before one set of table rows was live gave 88-90 % at 1024 pairs, 4 warps and 5
+# programs, and with one set live that config fell to 83-84 %), and the fastest
+# backward (fwd+bwd less fwd, by 1-3 %) at 2 programs.
 FORWARD = Tuning(pairs_per_tile=2048, num_warps=4, programs_per_sm=4)
 BACKWARD = Tuning(pairs_per_tile=2048, num_warps=4, programs_per_sm=2)
 CPU_SMS = 1  # under the interpreter: a few programs, so each walks several units
