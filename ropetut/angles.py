@@ -13,27 +13,55 @@ import torch
 
 from .angles_op import check_angle_args, rope_angles_traced, rotate_angles
 from .autograd import save_for_backward, saved_tensors
+from .kernels.angles import launch_key
+from .kernels.angles import rope_angles as launch_angles
 
 
 class AnglesFunction(torch.autograd.Function):
     """q: (B, T, Hq, D), k: (B, T, Hkv, D) or None; inv_freq: (rotary_dim/2,);
     options: (positions, interleaved, rotary_dim, inplace, backward). Returns q_out or
     (q_out, k_out). No gradient flows to inv_freq or positions; both are saved, so a
-    write to one in place before the backward raises there."""
+    write to one in place before the backward raises there.
+
+    The backward runs on autograd's own thread for the GPU, where the same Python costs
+    several times what it costs on the caller's (chapter 6), so the forward computes the
+    backward's launch key ahead, as ``RopeFunction`` does for ``final``: for output
+    gradients laid out like the outputs (the usual case; any other layout, or a backward
+    that autograd records, takes the ordinary path)."""
 
     @staticmethod
     def forward(ctx, q, k, inv_freq, options):
         q_out, k_out = rotate_angles(q, k, inv_freq, options)
-        if options[3]:  # in place
+        positions, interleaved, rotary_dim, inplace, backward = options
+        if inplace:
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
-        save_for_backward(ctx, inv_freq, options[0])
+        save_for_backward(ctx, inv_freq, positions)
         ctx.options = options
+        ctx.prepared = None
+        if not backward and q.numel() and (k is None or k.numel()):
+            ctx.prepared = launch_key(
+                q_out, k_out, inv_freq, q_out, k_out, positions, rotary_dim,
+                interleaved, True, in_place=False,
+            )  # fmt: skip
+            ctx.grad_strides = (q_out.stride(), None if k is None else k_out.stride())
         return q_out if k is None else (q_out, k_out)
 
     @staticmethod
     def backward(ctx, dq, dk=None):
         inv_freq, positions = saved_tensors(ctx)
         _, interleaved, rotary_dim, _, backward = ctx.options
+        if (
+            ctx.prepared is not None
+            and not torch.is_grad_enabled()
+            and ctx.grad_strides == (dq.stride(), None if dk is None else dk.stride())
+        ):  # dense, with dq's strides, as the prepared launch expects
+            grads = torch.empty_like(dq), None if dk is None else torch.empty_like(dk)
+            launch_angles(
+                dq, dk, inv_freq, *grads, positions=positions,
+                interleaved=interleaved, rotary_dim=rotary_dim, backward=True,
+                key=ctx.prepared,
+            )  # fmt: skip
+            return (*grads, None, None)
         back = (positions, interleaved, rotary_dim, False, not backward)
         if torch.is_grad_enabled():  # create_graph=True: differentiable, through here
             grads = AnglesFunction.apply(dq, dk, inv_freq, back)

@@ -517,3 +517,53 @@ def test_a_launch_plan_is_kept_per_key_in_place_apart(monkeypatch):
         rope_angles(q, k, f, q_out, torch.empty_like(k), rotary_dim=32)
         assert relative_error(q_out, ref_q) <= TOLERANCE[torch.float32]
     assert len(made) == 4
+
+
+@pytest.mark.parametrize("layout", ["like the outputs", "other strides"])
+def test_the_backward_launch_prepared_in_the_forward(monkeypatch, layout):
+    """The forward computes the backward's launch key for output gradients laid out
+    like the outputs, and the backward launches with it (not through
+    ``rotate_angles``); gradients with other strides take the ordinary path. Both give
+    the table's gradients, and a write to inv_freq still raises on both paths."""
+    import ropetut.angles as module
+
+    ordinary = []
+    rotate = module.rotate_angles
+    monkeypatch.setattr(
+        module, "rotate_angles", lambda *a: ordinary.append(a) or rotate(*a)
+    )
+    inv_freq, _ = scaling.default(16, device=DEV)
+    q = randn(2, 5, 4, 16).requires_grad_()
+    k = randn(2, 5, 2, 16).requires_grad_()
+    dq, dk = randn(2, 5, 4, 16), randn(2, 5, 2, 16)
+    if layout == "other strides":  # the same values, heads outermost
+        dq = dq.transpose(1, 2).contiguous().transpose(1, 2)
+    grads = torch.autograd.grad(apply_rope_angles(q, k, inv_freq), (q, k), (dq, dk))
+    assert len(ordinary) == (1 if layout == "like the outputs" else 2)
+    cos, sin = ropetut.rope_tables(inv_freq, 5, device=DEV)
+    expected = torch.autograd.grad(ropetut.apply_rope(q, k, cos, sin), (q, k), (dq, dk))
+    for got, want in zip(grads, expected):
+        assert relative_error(got, want) <= 2e-6
+    out = apply_rope_angles(q, k, inv_freq)
+    inv_freq.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(out, (q, k), (dq, dk))
+
+
+def test_a_prepared_backward_keeps_the_tiles_of_its_forward(monkeypatch):
+    """A tile assigned between the forward and the backward (as a sweep does) does not
+    reach a backward whose key was computed in the forward: its plan is the forward's
+    tiles', and its gradient is right."""
+    from ropetut.kernels import angles
+
+    monkeypatch.setattr(launch, "_PLANS", {})
+    inv_freq, _ = scaling.default(16, device=DEV)
+    q, dq = randn(1, 6, 2, 16).requires_grad_(), randn(1, 6, 2, 16)
+    out = apply_rope_angles(q, None, inv_freq)
+    monkeypatch.setattr(angles, "PAIRS_PER_TILE", 8)
+    (grad,) = torch.autograd.grad(out, q, dq)
+    tiles = {key[-4] for _, key in launch._PLANS}
+    assert tiles == {PAIRS_PER_TILE}
+    cos, sin = ropetut.rope_tables(inv_freq, 6, device=DEV)
+    (want,) = torch.autograd.grad(ropetut.apply_rope(q, None, cos, sin), q, dq)
+    assert relative_error(grad, want) <= 2e-6

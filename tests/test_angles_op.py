@@ -226,3 +226,33 @@ def test_reduce_overhead_no_graph_break_no_cudagraph_skip(inplace):
         assert relative_error(out, block(x, w)) <= 1e-6
     assert not torch._dynamo.utils.counters["graph_break"]
     assert not torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
+
+
+def test_a_repeated_plain_call_skips_the_checks_it_passed(monkeypatch):
+    """Host time: the second plain call of the same key does not check again (the checks
+    are made to raise, and the call still passes); a call of another key does, and so
+    does one with positions (never plain)."""
+    from ropetut import angles_op
+
+    monkeypatch.setattr(angles_op, "_PASSED", {})  # (earlier tests passed other keys)
+    inv_freq, _ = scaling.default(16, device=DEV)
+    q, k = randn(1, 5, 2, 16), randn(1, 5, 1, 16)
+    first = apply_rope_angles(q, k, inv_freq)
+    monkeypatch.setattr(angles_op, "check_qk", lambda *args, **kw: 1 / 0)
+    again = apply_rope_angles(q, k, inv_freq)
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+    with pytest.raises(ZeroDivisionError):  # another key: interleaved pairs
+        apply_rope_angles(q, k, inv_freq, interleaved=True)
+    with pytest.raises(ZeroDivisionError):
+        apply_rope_angles(q, k, inv_freq, positions=torch.arange(5, device=DEV))
+
+
+def test_a_passed_call_does_not_vouch_for_a_frequency_that_requires_grad():
+    """Whether inv_freq requires grad (with grad enabled) is part of the key: after a
+    plain call passes, the same call with such an inv_freq is still refused."""
+    inv_freq, _ = scaling.default(16, device=DEV)
+    q = randn(1, 5, 2, 16)
+    apply_rope_angles(q, None, inv_freq)
+    with pytest.raises(ValueError, match="^inv_freq: requires grad"):
+        apply_rope_angles(q, None, inv_freq.clone().requires_grad_())

@@ -339,30 +339,24 @@ CPU_SMS = 1
 
 def rope_angles(
     q, k, inv_freq, q_out, k_out, *, positions=None, interleaved=False,
-    rotary_dim=None, backward=False,
+    rotary_dim=None, backward=False, key=None,
 ):  # fmt: skip
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D) or None; any strides; q_out may
     be q. inv_freq: (rotary_dim/2,) float32 or float64, any stride, handed to the kernel
-    as it is (the kernel computes its words). positions: None or (B, T) integers.
-    Returns (q_out, k_out). A repeated launch goes straight to the compiled kernel, as
-    ``final``'s does (``launch``)."""
+    as it is (the kernel computes its words). positions: None or (B, T) integers. key:
+    ``launch_key`` of these arguments, when the caller computed it ahead (the
+    backward's, in ``AnglesFunction``'s forward). Returns (q_out, k_out). A repeated
+    launch goes straight to the compiled kernel, as ``final``'s does (``launch``)."""
     R = rotary_dim or q.shape[3]
     # HK = 0: the k loop never runs
     kk, kk_out = (q, q_out) if k is None else (k, k_out)
     pos = q if positions is None else positions  # a placeholder pointer, never read
     pointers = (q, kk, q_out, kk_out, inv_freq, pos)
-    in_place = q_out.data_ptr() == q.data_ptr()
-    # everything the plan is computed from (``launch.kept_plan``), the tile and warps
-    # too: read on every call, so that a sweep that assigns them gets plans of its own
-    key = (
-        q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
-        None if k is None
-        else (k.shape, k.stride(), k_out.stride(), k.dtype, k_out.dtype),
-        inv_freq.dtype, inv_freq.stride(),
-        None if positions is None else (positions.stride(), positions.dtype),
-        R, interleaved, backward, in_place, PAIRS_PER_TILE, NUM_WARPS,
-        SHORT_WAVE_PAIRS_PER_TILE, SHORT_WAVE_NUM_WARPS,
-    )  # fmt: skip
+    if key is None:
+        key = launch_key(
+            q, k, inv_freq, q_out, k_out, positions, R, interleaved, backward,
+            in_place=q_out.data_ptr() == q.data_ptr(),
+        )  # fmt: skip
     plan = kept_plan(
         rope_angles_kernel,
         key,
@@ -372,6 +366,24 @@ def rope_angles(
     )
     launch(rope_angles_kernel, key, plan, pointers)
     return q_out, k_out
+
+
+def launch_key(
+    q, k, inv_freq, q_out, k_out, positions, R, interleaved, backward, *, in_place,
+):  # fmt: skip
+    """Everything a launch's plan is computed from (``launch.kept_plan``), the tile and
+    warps too: read at every call, so that a sweep that assigns them gets plans of its
+    own. A key computed ahead (the backward's, in the forward) keeps the tiles of its
+    time."""
+    return (
+        q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
+        None if k is None
+        else (k.shape, k.stride(), k_out.stride(), k.dtype, k_out.dtype),
+        inv_freq.dtype, inv_freq.stride(),
+        None if positions is None else (positions.stride(), positions.dtype),
+        R, interleaved, backward, in_place, PAIRS_PER_TILE, NUM_WARPS,
+        SHORT_WAVE_PAIRS_PER_TILE, SHORT_WAVE_NUM_WARPS,
+    )  # fmt: skip
 
 
 def _sms(q) -> int:
