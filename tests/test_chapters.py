@@ -273,3 +273,26 @@ def test_the_page_fits_the_column_and_hides_the_harness(path):
             problems += [f"cell {n}: output line of {len(line)} columns"
                          for line in text.splitlines() if len(line) > limit]
     assert not problems, "\n".join(problems)
+
+
+def test_shown_source_leaves_out_the_formatters_pragmas():
+    """show_source and show_definitions show the library's code as it is, but for
+    ``# fmt: skip``, which says how ruff lays a line out: every other line is the
+    file's, in its order."""
+    import inspect
+
+    from ropetut.book.notebook import show_definitions, show_source
+    from ropetut.kernels import angles
+
+    source = inspect.getsource(angles.rope_angles_kernel.fn)
+    assert "# fmt: skip" in source
+    for shown in (
+        show_source(angles.rope_angles_kernel).data,
+        show_definitions(angles.__file__, "rope_angles_kernel").data,
+    ):
+        code = shown.removeprefix("```python\n").removesuffix("\n```")
+        assert "fmt: skip" not in code
+        lines = source.rstrip().splitlines()
+        assert code.splitlines() == [
+            line.removesuffix("  # fmt: skip") for line in lines
+        ]

@@ -2,6 +2,7 @@
 the library."""
 
 import inspect
+import re
 from pathlib import Path
 
 from ..runtime import NO_GPU  # noqa: F401  (chapters print it where a timing would be)
@@ -15,14 +16,22 @@ def print_environment() -> None:
         print(f"{key:15} {value}")
 
 
+# The formatter's pragma: it says how ruff lays a line out, nothing about the code
+FORMATTER_PRAGMA = re.compile(r"[ \t]+# fmt: skip$", re.MULTILINE)
+
+
+def _as_shown(source):
+    """Source as the book shows it: highlighted, the formatter's pragmas left out."""
+    from IPython.display import Markdown
+
+    return Markdown(f"```python\n{FORMATTER_PRAGMA.sub('', source.rstrip())}\n```")
+
+
 def show_source(obj):
     """Display a function's or module's source, highlighted: the library is the only
     copy."""
-    from IPython.display import Markdown
-
     # a @triton.jit kernel wraps the Python function in .fn
-    target = getattr(obj, "fn", obj)
-    return Markdown(f"```python\n{inspect.getsource(target).rstrip()}\n```")
+    return _as_shown(inspect.getsource(getattr(obj, "fn", obj)))
 
 
 def _definitions(path, names):
@@ -47,9 +56,7 @@ def _definitions(path, names):
 def show_definitions(path, *names):
     """Display functions from a source file, highlighted, without importing it: the
     CuTeDSL kernel's file imports a package that a CPU machine usually lacks."""
-    from IPython.display import Markdown
-
-    return Markdown("```python\n" + "\n\n\n".join(_definitions(path, names)) + "\n```")
+    return _as_shown("\n\n\n".join(_definitions(path, names)))
 
 
 def code_lines(path, *names) -> int:
