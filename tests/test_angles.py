@@ -133,10 +133,10 @@ def plan(request, monkeypatch):
 
 
 def kept_plans():
-    """(num_warps, LOADS_FIRST) of every table-free plan kept so far."""
+    """(num_warps, HEAD_SPLIT, LOADS_FIRST) of every table-free plan kept so far."""
     kernel = angle_kernel.rope_angles_kernel
     plans = [p for (k, _), p in launch._PLANS.items() if k is kernel]
-    return {(p.num_warps, p.args[-1]) for p in plans}  # LOADS_FIRST: the last arg
+    return {(p.num_warps, *p.args[-2:]) for p in plans}  # the last two constexprs
 
 
 @pytest.mark.parametrize("HQ", [6, 64])  # 64: two blocks of heads in a short wave
@@ -144,14 +144,19 @@ def kept_plans():
 def test_both_plans_give_the_same_outputs(monkeypatch, HQ, interleaved):
     """A grid of no more programs than the GPU has SMs (decode) takes the same tokens a
     program, more heads, more warps, and the first block's loads ahead of the angles
-    (``angles._plan``); each program's arithmetic is the same. Both plans against the
-    reference, and against each other: the same bits through the interpreter, within
-    the bound on the GPU (each compile contracts its own FMAs)."""
+    (``angles._plan``); SMs left over take the tile's other blocks of heads. Each
+    program's arithmetic is the same. Every plan against the reference, and against
+    each other: the same bits through the interpreter, within the bound on the GPU
+    (each compile contracts its own FMAs). With 64 heads, a short wave with no SM to
+    spare walks both blocks in one program (the reload after LOADS_FIRST), and one
+    with SMs to spare splits them between two."""
     inv_freq, _ = scaling.default(96, device=DEV)
     positions = torch.tensor([[3, 2**20 + 1, 17], [2**24 + 5, 9, 1000001]], device=DEV)
     q, k = randn(2, 3, HQ, 128), randn(2, 3, 2, 128)
+    block_t = tile_sizes(3, HQ, 48, PAIRS_PER_TILE)[0]
+    programs = 2 * triton.cdiv(3, block_t)  # the normal plan's, tokens a program
     outs, plans = {}, {}
-    for sms in (0, 10**6):  # never one short wave, always
+    for sms in (0, programs, 10**6):  # never one short wave; no SM left over; many
         monkeypatch.setattr(launch, "_PLANS", {})
         monkeypatch.setattr(launch, "_COMPILED", {})
         monkeypatch.setattr(angle_kernel, "_sms", lambda q, sms=sms: sms)
@@ -161,14 +166,22 @@ def test_both_plans_give_the_same_outputs(monkeypatch, HQ, interleaved):
         )  # fmt: skip
         plans[sms] = kept_plans()
     short_warps = angle_kernel.SHORT_WAVE_NUM_WARPS
-    assert plans == {0: {(angle_kernel.NUM_WARPS, False)}, 10**6: {(short_warps, True)}}
-    for x, (many, short) in zip((q, k), zip(outs[0], outs[10**6]), strict=True):
+    short_heads = angle_kernel.SHORT_WAVE_PAIRS_PER_TILE // (block_t * 64)
+    split = triton.cdiv(HQ, min(triton.next_power_of_2(HQ), short_heads))
+    assert plans == {
+        0: {(angle_kernel.NUM_WARPS, 1, False)},
+        programs: {(short_warps, 1, True)},
+        10**6: {(short_warps, split, True)},
+    }
+    assert split == (2 if HQ == 64 else 1)
+    for x, *each in zip((q, k), *outs.values(), strict=True):
         ref = reference(x, positions, inv_freq, interleaved=interleaved, rotary_dim=96)
-        assert scale_error(many, ref) <= 1e-6 and scale_error(short, ref) <= 1e-6
-        if ropetut.on_gpu():
-            assert scale_error(short, many) <= 1e-6
-        else:
-            assert torch.equal(short, many)
+        assert all(scale_error(out, ref) <= 1e-6 for out in each)
+        for out in each[1:]:
+            if ropetut.on_gpu():
+                assert scale_error(out, each[0]) <= 1e-6
+            else:
+                assert torch.equal(out, each[0])
 
 
 def test_positions_outside_the_range_give_nan():

@@ -46,9 +46,10 @@ What it changes from ``final``, and why:
 - a grid of no more programs than the GPU has SMs (decode) runs as one short wave, its
   time one program's latency. There the kernel takes a tile of all of an 8B-like
   model's heads and 8 warps, and loads its first block of q and k before the angles,
-  so that the loads are in flight during the arithmetic (``LOADS_FIRST``). Elsewhere
-  many programs share an SM and hide each other's arithmetic, and holding the block
-  through it cost the forward 4 % at prefill (results/probe_angles_decode_h200.txt).
+  so that the loads are in flight during the arithmetic (``LOADS_FIRST``); SMs left
+  over take the tile's other blocks of heads (``HEAD_SPLIT``). Elsewhere many
+  programs share an SM and hide each other's arithmetic, and holding the block through
+  it cost the forward 4 % at prefill (results/probe_angles_decode_h200.txt).
   An ncu profile of a decode step before these changes (results/profiles/) found q and
   k loaded only after the whole chain, which the compiler (Triton 3.6) had computed
   twice, in two layouts: 5 times the table kernel's instructions a warp, on a quarter
@@ -251,9 +252,14 @@ def rope_angles_kernel(
     HAS_POSITIONS: tl.constexpr, INTERLEAVED: tl.constexpr, BACKWARD: tl.constexpr,
     COPY_PASS: tl.constexpr, FP64: tl.constexpr, WIDE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr,
-    BLOCK_PASS: tl.constexpr, LOADS_FIRST: tl.constexpr,
+    BLOCK_PASS: tl.constexpr, HEAD_SPLIT: tl.constexpr, LOADS_FIRST: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(1)
+    # HEAD_SPLIT programs share a tile's tokens, each every HEAD_SPLIT-th block of heads
+    if HEAD_SPLIT > 1:
+        h_first = tl.program_id(2) * BLOCK_H
+    else:
+        h_first = 0
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]
     if WIDE:  # a tensor of 2**31 elements or more: offsets in int64
         b, t = b.to(tl.int64), t.to(tl.int64)
@@ -268,7 +274,7 @@ def rope_angles_kernel(
     # programs share an SM and hide each other's arithmetic, and holding the block
     # through it would cost registers. HQ >= HK: a block of q heads, the same of k's.
     if LOADS_FIRST:
-        h = tl.arange(0, BLOCK_H)[None, :, None]
+        h = h_first + tl.arange(0, BLOCK_H)[None, :, None]
         if WIDE:
             h = h.to(tl.int64)
         q_mask, k_mask = tok_mask & (h < HQ), tok_mask & (h < HK)
@@ -295,7 +301,7 @@ def rope_angles_kernel(
     sin = tl.expand_dims(tl.where(valid, sin, float("nan")), 1)
     if BACKWARD:
         sin = -sin
-    for h0 in range(0, HQ, BLOCK_H):
+    for h0 in range(h_first, HQ, BLOCK_H * HEAD_SPLIT):
         h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
         if WIDE:
             h = h.to(tl.int64)
@@ -303,7 +309,7 @@ def rope_angles_kernel(
         q_row, qo_row = q_tok + h * sqh, qo_tok + h * sqoh
         k_row, ko_row = k_tok + h * skh, ko_tok + h * skoh
         if LOADS_FIRST:
-            if h0 > 0:  # the first block was loaded above
+            if h0 > h_first:  # the first block was loaded above
                 q1, q2 = _load_pairs(q_row, sqd, q_mask, i3, HALF, INTERLEAVED)
                 k1, k2 = _load_pairs(k_row, skd, k_mask, i3, HALF, INTERLEAVED)
         else:
@@ -331,8 +337,10 @@ PAIRS_PER_TILE, NUM_WARPS = 1024, 2
 # A grid of no more programs than the GPU has SMs (decode: 64 sequences of one token)
 # runs as one short wave, whose time is about one program's latency: there, the same
 # tokens a program but heads up to 2048 pairs (all 32 heads of an 8B-like model's q at
-# decode), 8 warps, and LOADS_FIRST (results/probe_angles_decode_h200.txt). CPU_SMS:
-# the SMs the interpreter counts.
+# decode), 8 warps, and LOADS_FIRST (results/probe_angles_decode_h200.txt); where SMs
+# are left over, a tile's blocks of heads are split between that many programs of the
+# same tokens (HEAD_SPLIT: a candidate of 2026-12-02, untimed). CPU_SMS: the SMs the
+# interpreter counts.
 SHORT_WAVE_PAIRS_PER_TILE, SHORT_WAVE_NUM_WARPS = 2048, 8
 CPU_SMS = 1
 
@@ -402,12 +410,15 @@ def _plan(
     B, T, HQ, D = q.shape
     HK = kk.shape[2] if has_k else 0
     BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)
-    num_warps = NUM_WARPS
-    one_short_wave = B * triton.cdiv(T, BLOCK_T) <= _sms(q)
+    num_warps, head_split = NUM_WARPS, 1
+    programs = B * triton.cdiv(T, BLOCK_T)
+    one_short_wave = programs <= _sms(q)
     if one_short_wave:  # the same tokens a program: more heads, more warps
         heads = max(1, SHORT_WAVE_PAIRS_PER_TILE // (BLOCK_T * BLOCK_HALF))
         BLOCK_H = min(triton.next_power_of_2(HQ), heads)
         num_warps = SHORT_WAVE_NUM_WARPS
+        # the SMs left over take the tile's other blocks of heads
+        head_split = max(1, min(triton.cdiv(HQ, BLOCK_H), _sms(q) // max(programs, 1)))
     spb, spt = pos.stride() if has_positions else (0, 0)
     scalars = (
         T, HQ, HK, R // 2, D, R, *q.stride(), *kk.stride(), *q_out.stride(),
@@ -420,7 +431,7 @@ def _plan(
         "WIDE": max(_last_offset(t) for t in (q, kk, q_out, kk_out)) >= 2**31,
         "BLOCK_T": BLOCK_T, "BLOCK_H": BLOCK_H, "BLOCK_HALF": BLOCK_HALF,
         "BLOCK_PASS": triton.next_power_of_2(max(D - R, 1)),
-        "LOADS_FIRST": one_short_wave,
+        "HEAD_SPLIT": head_split, "LOADS_FIRST": one_short_wave,
     }  # fmt: skip
-    grid = (triton.cdiv(T, BLOCK_T), B, 1)
+    grid = (triton.cdiv(T, BLOCK_T), B, head_split)
     return Plan(grid, (*scalars, *constexprs.values()), num_warps)
