@@ -26,8 +26,10 @@ class AnglesFunction(torch.autograd.Function):
     The backward runs on autograd's own thread for the GPU, where the same Python costs
     several times what it costs on the caller's (chapter 6), so the forward computes the
     backward's launch key ahead, as ``RopeFunction`` does for ``final``: for output
-    gradients laid out like the outputs (the usual case; any other layout, or a backward
-    that autograd records, takes the ordinary path)."""
+    gradients laid out like the outputs (the usual case), into input gradients laid out
+    like them too, gaps and all (in place on a tensor with gaps between its rows, where
+    ``empty_like`` would be contiguous); any other layout, or a backward that autograd
+    records, takes the ordinary path."""
 
     @staticmethod
     def forward(ctx, q, k, inv_freq, options):
@@ -54,8 +56,9 @@ class AnglesFunction(torch.autograd.Function):
             ctx.prepared is not None
             and not torch.is_grad_enabled()
             and ctx.grad_strides == (dq.stride(), None if dk is None else dk.stride())
-        ):  # dense, with dq's strides, as the prepared launch expects
-            grads = torch.empty_like(dq), None if dk is None else torch.empty_like(dk)
+        ):  # with the outputs' strides, as the prepared launch expects (no overlap:
+            # out of place the outputs are dense, and in place may not overlap)
+            grads = _empty_as(dq), None if dk is None else _empty_as(dk)
             launch_angles(
                 dq, dk, inv_freq, *grads, positions=positions,
                 interleaved=interleaved, rotary_dim=rotary_dim, backward=True,
@@ -67,6 +70,11 @@ class AnglesFunction(torch.autograd.Function):
             grads = AnglesFunction.apply(dq, dk, inv_freq, back)
             return (grads, None, None, None) if dk is None else (*grads, None, None)
         return (*rotate_angles(dq, dk, inv_freq, back), None, None)
+
+
+def _empty_as(t):
+    """Memory for a tensor of t's shape, strides (gaps too), dtype and device."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
 
 
 def apply_rope_angles(q, k=None, inv_freq=None, *, positions=None, interleaved=False,

@@ -139,41 +139,42 @@ def kept_plans():
     return {(p.num_warps, *p.args[-2:]) for p in plans}  # the last two constexprs
 
 
-@pytest.mark.parametrize("HQ", [6, 64])  # 64: two blocks of heads in a short wave
+@pytest.mark.parametrize("HQ", [6, 64, 96])  # 64, 96: two, three blocks in a short wave
+@pytest.mark.parametrize("inplace", [False, True], ids=["out of place", "in place"])
 @pytest.mark.parametrize("interleaved", [False, True])
-def test_both_plans_give_the_same_outputs(monkeypatch, HQ, interleaved):
+def test_both_plans_give_the_same_outputs(monkeypatch, HQ, inplace, interleaved):
     """A grid of no more programs than the GPU has SMs (decode) takes the same tokens a
     program, more heads, more warps, and the first block's loads ahead of the angles
     (``angles._plan``); SMs left over take the tile's other blocks of heads. Each
     program's arithmetic is the same. Every plan against the reference, and against
     each other: the same bits through the interpreter, within the bound on the GPU
-    (each compile contracts its own FMAs). With 64 heads, a short wave with no SM to
-    spare walks both blocks in one program (the reload after LOADS_FIRST), and one
-    with SMs to spare splits them between two."""
+    (each compile contracts its own FMAs). With no SM to spare one program walks every
+    block (the reload after LOADS_FIRST); with twice the SMs, two programs share three
+    blocks; with many, each block has its own. In place, a block written twice would
+    be turned twice."""
     inv_freq, _ = scaling.default(96, device=DEV)
     positions = torch.tensor([[3, 2**20 + 1, 17], [2**24 + 5, 9, 1000001]], device=DEV)
     q, k = randn(2, 3, HQ, 128), randn(2, 3, 2, 128)
     block_t = tile_sizes(3, HQ, 48, PAIRS_PER_TILE)[0]
     programs = 2 * triton.cdiv(3, block_t)  # the normal plan's, tokens a program
-    outs, plans = {}, {}
-    for sms in (0, programs, 10**6):  # never one short wave; no SM left over; many
+    short_heads = angle_kernel.SHORT_WAVE_PAIRS_PER_TILE // (block_t * 64)
+    blocks = triton.cdiv(HQ, min(triton.next_power_of_2(HQ), short_heads))
+    short_warps = angle_kernel.SHORT_WAVE_NUM_WARPS
+    outs, plans, expected = {}, {}, {0: {(angle_kernel.NUM_WARPS, 1, False)}}
+    for sms in (0, programs, 2 * programs, 10**6):  # never a short wave; spare SMs
         monkeypatch.setattr(launch, "_PLANS", {})
         monkeypatch.setattr(launch, "_COMPILED", {})
         monkeypatch.setattr(angle_kernel, "_sms", lambda q, sms=sms: sms)
+        x, y = q.clone(), k.clone()
         outs[sms] = apply_rope_angles(
-            q, k, inv_freq, positions=positions, interleaved=interleaved,
-            rotary_dim=96,
+            x, y, inv_freq, positions=positions, interleaved=interleaved,
+            rotary_dim=96, inplace=inplace,
         )  # fmt: skip
         plans[sms] = kept_plans()
-    short_warps = angle_kernel.SHORT_WAVE_NUM_WARPS
-    short_heads = angle_kernel.SHORT_WAVE_PAIRS_PER_TILE // (block_t * 64)
-    split = triton.cdiv(HQ, min(triton.next_power_of_2(HQ), short_heads))
-    assert plans == {
-        0: {(angle_kernel.NUM_WARPS, 1, False)},
-        programs: {(short_warps, 1, True)},
-        10**6: {(short_warps, split, True)},
-    }
-    assert split == (2 if HQ == 64 else 1)
+        if sms:
+            expected[sms] = {(short_warps, min(blocks, sms // programs), True)}
+    assert plans == expected
+    assert blocks == {6: 1, 64: 2, 96: 3}[HQ]
     for x, *each in zip((q, k), *outs.values(), strict=True):
         ref = reference(x, positions, inv_freq, interleaved=interleaved, rotary_dim=96)
         assert all(scale_error(out, ref) <= 1e-6 for out in each)
@@ -565,8 +566,8 @@ def test_the_backward_launch_prepared_in_the_forward(monkeypatch, layout):
 
 def test_a_prepared_backward_keeps_the_tiles_of_its_forward(monkeypatch):
     """A tile assigned between the forward and the backward (as a sweep does) does not
-    reach a backward whose key was computed in the forward: its plan is the forward's
-    tiles', and its gradient is right."""
+    reach a backward whose key was computed in the forward: the plan kept under that
+    key is made with the forward's tiles, and its gradient is right."""
     from ropetut.kernels import angles
 
     monkeypatch.setattr(launch, "_PLANS", {})
@@ -575,8 +576,42 @@ def test_a_prepared_backward_keeps_the_tiles_of_its_forward(monkeypatch):
     out = apply_rope_angles(q, None, inv_freq)
     monkeypatch.setattr(angles, "PAIRS_PER_TILE", 8)
     (grad,) = torch.autograd.grad(out, q, dq)
-    tiles = {key[-4] for _, key in launch._PLANS}
-    assert tiles == {PAIRS_PER_TILE}
+    (forward, backward), plans = launch._PLANS, list(launch._PLANS.values())
+    assert forward[1][-4] == backward[1][-4] == PAIRS_PER_TILE  # the keys' tiles
+    assert plans[0].grid == plans[1].grid  # and the plans': the forward's
     cos, sin = ropetut.rope_tables(inv_freq, 6, device=DEV)
     (want,) = torch.autograd.grad(ropetut.apply_rope(q, None, cos, sin), q, dq)
     assert relative_error(grad, want) <= 2e-6
+
+
+def test_in_place_on_a_tensor_with_gaps_prepares_the_gaps_too(monkeypatch):
+    """In place on a q with gaps between its rows (not a view: its own storage), the
+    prepared backward writes input gradients with the outputs' strides, gaps and all,
+    as its key says (``empty_like`` would be contiguous, and a plan kept for one layout
+    would serve the other). The gradient is right, and so is a direct launch of the
+    same layouts after it, under the same key."""
+    import ropetut.angles as module
+
+    ordinary = []
+    rotate = module.rotate_angles
+    monkeypatch.setattr(
+        module, "rotate_angles", lambda *a: ordinary.append(a) or rotate(*a)
+    )
+    inv_freq, _ = scaling.default(16, device=DEV)
+    shape, gaps = (2, 3, 4, 16), (576, 192, 16, 1)  # every third row of 64 used
+
+    def with_gaps(x):
+        return torch.empty_strided(shape, gaps, device=DEV).copy_(x)
+
+    x = randn(*shape).requires_grad_()
+    g = with_gaps(randn(*shape))
+    q = with_gaps(x)
+    out = apply_rope_angles(q, None, inv_freq, inplace=True)
+    (grad,) = torch.autograd.grad(out, x, g)
+    assert len(ordinary) == 1 and grad.stride() == gaps  # the forward's only
+    cos, sin = ropetut.rope_tables(inv_freq, 3, device=DEV)
+    (want,) = torch.autograd.grad(ropetut.apply_rope(x, None, cos, sin), x, g)
+    assert relative_error(grad, want) <= 2e-6
+    back = with_gaps(torch.zeros(shape))
+    rope_angles(g, None, inv_freq, back, None, backward=True)
+    assert relative_error(back, want) <= 2e-6

@@ -365,13 +365,14 @@ def rope_angles(
             q, k, inv_freq, q_out, k_out, positions, R, interleaved, backward,
             in_place=q_out.data_ptr() == q.data_ptr(),
         )  # fmt: skip
-    plan = kept_plan(
+    plan = kept_plan(  # the tiles the key names: a key computed ahead keeps its own
         rope_angles_kernel,
         key,
         lambda: _plan(
-            *pointers, k is not None, positions is not None, R, interleaved, backward
+            *pointers, k is not None, positions is not None, R, interleaved, backward,
+            key[-4:],
         ),
-    )
+    )  # fmt: skip
     launch(rope_angles_kernel, key, plan, pointers)
     return q_out, k_out
 
@@ -382,7 +383,7 @@ def launch_key(
     """Everything a launch's plan is computed from (``launch.kept_plan``), the tile and
     warps too: read at every call, so that a sweep that assigns them gets plans of its
     own. A key computed ahead (the backward's, in the forward) keeps the tiles of its
-    time."""
+    time: ``rope_angles`` plans with the tiles its key names (its last four entries)."""
     return (
         q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),
         None if k is None
@@ -403,20 +404,24 @@ def _sms(q) -> int:
 
 def _plan(
     q, kk, q_out, kk_out, inv_freq, pos, has_k, has_positions, R, interleaved,
-    backward,
+    backward, tiles=None,
 ):  # fmt: skip
     """The launch's grid and every argument after the pointers, the constexprs too, in
-    the kernel's order."""
+    the kernel's order. tiles: (PAIRS_PER_TILE, NUM_WARPS, SHORT_WAVE_PAIRS_PER_TILE,
+    SHORT_WAVE_NUM_WARPS), as the launch key holds them; None: the module's now."""
+    pairs_per_tile, warps, short_pairs, short_warps = tiles or (
+        PAIRS_PER_TILE, NUM_WARPS, SHORT_WAVE_PAIRS_PER_TILE, SHORT_WAVE_NUM_WARPS,
+    )  # fmt: skip
     B, T, HQ, D = q.shape
     HK = kk.shape[2] if has_k else 0
-    BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, PAIRS_PER_TILE)
-    num_warps, head_split = NUM_WARPS, 1
+    BLOCK_T, BLOCK_H, BLOCK_HALF = tile_sizes(T, HQ, R // 2, pairs_per_tile)
+    num_warps, head_split = warps, 1
     programs = B * triton.cdiv(T, BLOCK_T)
     one_short_wave = programs <= _sms(q)
     if one_short_wave:  # the same tokens a program: more heads, more warps
-        heads = max(1, SHORT_WAVE_PAIRS_PER_TILE // (BLOCK_T * BLOCK_HALF))
+        heads = max(1, short_pairs // (BLOCK_T * BLOCK_HALF))
         BLOCK_H = min(triton.next_power_of_2(HQ), heads)
-        num_warps = SHORT_WAVE_NUM_WARPS
+        num_warps = short_warps
         # the SMs left over take the tile's other blocks of heads
         head_split = max(1, min(triton.cdiv(HQ, BLOCK_H), _sms(q) // max(programs, 1)))
     spb, spt = pos.stride() if has_positions else (0, 0)
