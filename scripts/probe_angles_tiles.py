@@ -26,6 +26,12 @@ The table kernel keeps its own tuning throughout: only the table-free one is swe
     positions are all below 2**24.
 --loads-first never: no launch loads q and k ahead of the angles (``LOADS_FIRST``
     off in every plan), for what the loads ahead buy in one short wave (decode).
+--head-split never: no launch splits a tile's blocks of heads between programs
+    (``HEAD_SPLIT`` 1 and the grid's third axis 1 in every plan), for what the split
+    buys where one short wave leaves SMs over.
+--shapes: only these shapes, each bench-angles' label (64x1x32/8x128, ...) or
+    B,T,HQ,HK,D with ",p" for decode's positions (64,1,64,8,128,p: 64 heads), in
+    place of bench-angles' six.
 --angle fp32 | none: what the exact angle costs, by leaving it out (wrong outputs,
     the same loads and stores): fp32 takes p * inv_freq / 2pi as one float32 product
     (the naive angle, then the same polynomials); none computes no angle at all (a
@@ -114,6 +120,29 @@ def never_loads_first(plan_of):
     return plan
 
 
+def never_head_split(plan_of):
+    """--head-split never: ``angles._plan`` with HEAD_SPLIT (the constexpr before
+    LOADS_FIRST) 1, and one program along the grid's third axis."""
+
+    def plan(*args):
+        made = plan_of(*args)
+        x, y, _ = made.grid
+        return made._replace(grid=(x, y, 1), args=(*made.args[:-2], 1, made.args[-1]))
+
+    return plan
+
+
+def shape_of(text):
+    """A bench-angles label, or 'B,T,HQ,HK,D' with ',p' for positions."""
+    for shape in bench_angles.SHAPES:
+        if text == shape.label.split()[0]:  # 64x1x32/8x128
+            return shape
+    *sizes, last = text.split(",")
+    positions = last == "p"
+    sizes = [int(n) for n in (sizes if positions else [*sizes, last])]
+    return bench.Shape(*sizes, positions=positions)
+
+
 def one_short_wave(shape):
     """Whether the kernel's launch at shape is one short wave (``angles._plan``), with
     the module's tiles."""
@@ -136,6 +165,8 @@ def main():
     parser.add_argument("--turns", choices=("division", "product"), default="product")
     parser.add_argument("--angle", choices=tuple(ANGLE_VARIANTS), default="exact")
     parser.add_argument("--loads-first", choices=("auto", "never"), default="auto")
+    parser.add_argument("--head-split", choices=("auto", "never"), default="auto")
+    parser.add_argument("--shapes", nargs="+", type=shape_of)
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats: at least 1, got {args.repeats}")
@@ -148,12 +179,15 @@ def main():
         setattr(angles, name, replacement)
     if args.loads_first == "never":
         angles._plan = never_loads_first(angles._plan)
+    if args.head_split == "never":
+        angles._plan = never_head_split(angles._plan)
     chosen = angles.PAIRS_PER_TILE, angles.NUM_WARPS
     chosen_short = angles.SHORT_WAVE_PAIRS_PER_TILE, angles.SHORT_WAVE_NUM_WARPS
     tiles = args.tiles or list(itertools.product(PAIRS, WARPS))
-    print(f"turns by {args.turns}, angle {args.angle}, loads first {args.loads_first}; "
-          f"medians of {args.repeats} round(s)")  # fmt: skip
-    for shape, mode in itertools.product(bench_angles.SHAPES, args.modes):
+    print(f"turns by {args.turns}, angle {args.angle}, loads first {args.loads_first}, "
+          f"head split {args.head_split}; medians of {args.repeats} round(s)")  # fmt: skip
+    shapes = args.shapes or bench_angles.SHAPES
+    for shape, mode in itertools.product(shapes, args.modes):
         floor = bench.copy_floor_ms(shape, mode, graphed=True)
         rounds = {t: [] for t in ["table", *tiles]}
         for _ in range(args.repeats):

@@ -24,7 +24,7 @@ from ropetut.training.verdicts import comparison_verdicts  # noqa: E402
 
 def table(runs, margins) -> str:
     rows, missing = comparison_verdicts(runs, margins)
-    commits = sorted({r["environment"]["ropetut commit"] for r in runs})
+    commits = sorted({r["environment"]["ropetut commit"][:10] for r in runs})
     names = sorted({r["environment"]["device"] for r in runs})
     device = " and ".join(names) if runs else "no device (no runs yet)"
     lines = [
