@@ -17,6 +17,13 @@ RECORD_CALL = re.compile(r"""ledger\.record\(\s*f?["']([^"']+)["']""")
 CLAIM_ID = re.compile(r"""["'](00[0-4]-[\w.-]+)["']""")
 
 
+@pytest.fixture(autouse=True)
+def scratch_ledger(tmp_path, monkeypatch):
+    """Every test records into its own folder: on a GPU, record() without out_dir writes
+    results/ledger, and a suite run beside strict nbval changed the ledger page there."""
+    monkeypatch.setenv(ledger.LEDGER_DIR_ENV, str(tmp_path / "ledger"))
+
+
 def chapter_sources():
     """{chapter stem: the code of all its cells}."""
     return {

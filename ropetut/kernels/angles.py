@@ -339,8 +339,9 @@ PAIRS_PER_TILE, NUM_WARPS = 1024, 2
 # tokens a program but heads up to 2048 pairs (all 32 heads of an 8B-like model's q at
 # decode), 8 warps, and LOADS_FIRST (results/probe_angles_decode_h200.txt); where SMs
 # are left over, a tile's blocks of heads are split between that many programs of the
-# same tokens (HEAD_SPLIT: a candidate of 2026-12-02, untimed). CPU_SMS: the SMs the
-# interpreter counts.
+# same tokens (HEAD_SPLIT: at 64 heads' decode 0.87x the table's forward against 1.08x
+# unsplit; results/probe_angles_head_split_h200.txt). CPU_SMS: the SMs the interpreter
+# counts.
 SHORT_WAVE_PAIRS_PER_TILE, SHORT_WAVE_NUM_WARPS = 2048, 8
 CPU_SMS = 1
 
