@@ -12,7 +12,7 @@ operators of ``ropetut.angles_op``.
 import torch
 
 from .angles_op import check_angle_args, rope_angles_traced, rotate_angles
-from .autograd import save_for_backward, saved_tensors
+from .autograd import empty_strided_like, save_for_backward, saved_tensors
 from .kernels.angles import launch_key
 from .kernels.angles import rope_angles as launch_angles
 
@@ -58,7 +58,10 @@ class AnglesFunction(torch.autograd.Function):
             and ctx.grad_strides == (dq.stride(), None if dk is None else dk.stride())
         ):  # with the outputs' strides, as the prepared launch expects (no overlap:
             # out of place the outputs are dense, and in place may not overlap)
-            grads = _empty_as(dq), None if dk is None else _empty_as(dk)
+            grads = (
+                empty_strided_like(dq),
+                None if dk is None else empty_strided_like(dk),
+            )
             launch_angles(
                 dq, dk, inv_freq, *grads, positions=positions,
                 interleaved=interleaved, rotary_dim=rotary_dim, backward=True,
@@ -70,11 +73,6 @@ class AnglesFunction(torch.autograd.Function):
             grads = AnglesFunction.apply(dq, dk, inv_freq, back)
             return (grads, None, None, None) if dk is None else (*grads, None, None)
         return (*rotate_angles(dq, dk, inv_freq, back), None, None)
-
-
-def _empty_as(t):
-    """Memory for a tensor of t's shape, strides (gaps too), dtype and device."""
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
 
 
 def apply_rope_angles(q, k=None, inv_freq=None, *, positions=None, interleaved=False,

@@ -97,8 +97,8 @@ class RopeFunction(torch.autograd.Function):
             ctx.grad_strides = (q_out.stride(), None if k is None else k_out.stride())
             if q.nbytes + (0 if k is None else k.nbytes) <= EARLY_GRADS_BYTES:
                 ctx.grads = (
-                    torch.empty_like(q_out),
-                    None if k is None else torch.empty_like(k_out),
+                    empty_strided_like(q_out),
+                    None if k is None else empty_strided_like(k_out),
                 )
         return q_out if k is None else (q_out, k_out)
 
@@ -128,8 +128,11 @@ class RopeFunction(torch.autograd.Function):
             return (*rotate(dq, dk, back), None)
         # once only: a second backward gets fresh memory
         grads, ctx.grads = ctx.grads, None
-        if grads is None:  # dense, with dq's strides, as the prepared launch expects
-            grads = (torch.empty_like(dq), None if dk is None else torch.empty_like(dk))
+        if grads is None:  # with dq's strides, gaps too, as the prepared launch expects
+            grads = (
+                empty_strided_like(dq),
+                None if dk is None else empty_strided_like(dk),
+            )
         options.kernel.launch(
             dq,
             dk,
@@ -143,6 +146,14 @@ class RopeFunction(torch.autograd.Function):
             prepared=ctx.prepared,
         )
         return (*grads, None)
+
+
+def empty_strided_like(t):
+    """Memory for a tensor of t's shape, strides (gaps too), dtype and device, for a
+    prepared launch whose key names t's strides (``empty_like`` makes a tensor with
+    gaps contiguous). t may not overlap itself: an output, or a gradient laid out as
+    one."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
 
 
 def apply_rope(

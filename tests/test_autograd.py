@@ -151,6 +151,29 @@ def test_output_gradients_laid_out_unlike_the_outputs(layout):
         assert relative_error(got, expected) <= 1e-6
 
 
+@pytest.mark.parametrize("early", [True, False], ids=["early-grads", "grads-later"])
+def test_in_place_on_a_tensor_with_gaps_prepares_the_gaps_too(early, monkeypatch):
+    """In place on a q with gaps between its rows (not a view: its own storage), with a
+    gradient of the same gaps, the backward takes the launch prepared in the forward,
+    whose key names the gaps: its input gradients must have them too, whether the
+    forward made their memory (small tensors) or the backward does (``empty_like``
+    made them contiguous, and on a GPU the kernel wrote past their end). The
+    interpreter keeps no prepared launch, so only a GPU run can fail here."""
+    if not early:
+        monkeypatch.setattr(ropetut.autograd, "EARLY_GRADS_BYTES", 0)
+    shape, gaps = (2, 3, 4, 16), (576, 192, 16, 1)  # every third row of 64 used
+
+    def with_gaps(x):
+        return torch.empty_strided(shape, gaps, device=ropetut.DEVICE).copy_(x)
+
+    cos, sin = tables(16, 3)
+    x, g = randn(*shape).requires_grad_(), with_gaps(randn(*shape))
+    out = ropetut.apply_rope(with_gaps(x), None, cos, sin, inplace=True)
+    (grad,) = torch.autograd.grad(out, x, g)
+    want = rope_reference(g.double(), cos.double(), sin.double(), inverse=True)
+    assert relative_error(grad, want) <= 2e-6
+
+
 def test_in_place_without_grad_bumps_the_version_counter():
     """A graph that saved q before an in-place rotation must refuse to use it, as torch does for
     its own in-place ops (the issue's example: w.grad would silently be the rotated q)."""
