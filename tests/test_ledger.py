@@ -297,6 +297,40 @@ def test_a_withdrawn_claims_why_is_on_the_ledger_page(tmp_path, monkeypatch):
     assert '<span class="verdict-' not in seed002  # no agree or disagree
 
 
+def test_cannot_tell_is_a_verdict_of_its_own(tmp_path, monkeypatch):
+    """A claim measured with all its runs in, whose intervals admit either answer: the
+    file keeps the measurement and agree None, the ledger shows "cannot tell" with
+    ours and why (not "not decided yet", which waits for runs), the summary counts it
+    apart, and a later record or withdrawal replaces it."""
+    monkeypatch.setattr(ledger, "_recorded", {})
+    monkeypatch.setattr(ledger, "_withdrawn", {})
+    ledger.withdraw("002-ch5-table", why="waiting for runs: x", out_dir=tmp_path)
+    ledger.cannot_tell(
+        "002-ch5-table", ours="+0.117 [-0.280, +0.514]", cause="either way",
+        where="twist-seed-regime", out_dir=tmp_path, show=False,
+    )  # fmt: skip
+    path = tmp_path / "09_the_plot_twist.json"
+    entry = json.loads(path.read_text(encoding="utf-8"))["002-ch5-table"]
+    assert entry["agree"] is None and ledger.WITHDRAWN not in entry
+    assert entry["ours"] == "+0.117 [-0.280, +0.514]" and entry["cause"] == "either way"
+    table = ledger.rows(verdicts=ledger.load_verdicts(tmp_path))
+    row = next(r for r in table if r["id"] == "002-ch5-table")
+    assert row["verdict"] == ledger.CANNOT_TELL and row["ours"].startswith("+0.117")
+    html = ledger.page(table)._repr_html_()
+    summary, seed002 = html.split("<table")[1], html.split("Seed 002</caption>")[1]
+    assert '<td>all</td><td class="num">' in summary
+    cells = re.search(r"<tr><td>all</td>(.*?)</tr>", summary).group(1)
+    counts = [int(c) for c in re.findall(r'<td class="num">(\d+)</td>', cells)]
+    assert counts[ledger.STATES.index(ledger.CANNOT_TELL) + 1] == 1
+    assert f"<td>{ledger.CANNOT_TELL}</td>" in seed002.split("</table>")[0]
+    shown = ledger.verdicts(["002-ch5-table"])._repr_html_()
+    assert ledger.CANNOT_TELL in shown and ledger.NOT_DECIDED not in shown
+    ledger.record(
+        "002-ch5-table", ours="y", agree=True, cause="d", out_dir=tmp_path, show=False
+    )
+    assert json.loads(path.read_text(encoding="utf-8"))["002-ch5-table"]["agree"]
+
+
 def test_withdraw_refuses_what_record_refuses_and_writes_nothing_on_cpu(
     tmp_path, monkeypatch
 ):
@@ -419,7 +453,8 @@ def test_page_counts_per_seed_and_one_table_per_seed(tmp_path):
     assert len(tables) == 1 + 5  # the summary, then seeds 000-004
     summary = tables[0]
     assert (
-        '<th class="num">agree</th><th class="num">disagree</th><th class="num">not testable yet</th>'
+        '<th class="num">agree</th><th class="num">disagree</th>'
+        '<th class="num">cannot tell</th><th class="num">not testable yet</th>'
         in summary
     )
     per_seed = {seed: sum(r["seed"] == seed for r in table) for seed in SEEDS}
@@ -432,7 +467,7 @@ def test_page_counts_per_seed_and_one_table_per_seed(tmp_path):
         agree = int(seed == "003")
         disagree = int(seed == "002")
         later = untested[seed]
-        cells = [seed, n, agree, disagree, later, n - agree - disagree - later]
+        cells = [seed, n, agree, disagree, 0, later, n - agree - disagree - later]
         assert (
             f"<tr><td>{seed}</td>"
             + "".join(f'<td class="num">{c}</td>' for c in cells[1:])

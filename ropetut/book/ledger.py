@@ -16,9 +16,12 @@ never rewrites committed results. An explicit ``out_dir`` (or ``$ROPETUT_LEDGER_
 writes there on any device. ``record`` also shows the verdict (a one-row table), or
 keeps it silently (``show=False``) for ``verdicts``, which shows several in one table.
 A chapter whose measurement of a claim cannot be made yet (the runs it rests on are
-missing, or cannot tell) calls ``ledger.withdraw(claim_id, why=...)`` instead: any
-verdict recorded earlier is replaced, in the chapter's file, by the withdrawal and its
-why, so the claim shows as not decided yet, with why, until a later run records it.
+missing) calls ``ledger.withdraw(claim_id, why=...)`` instead: any verdict recorded
+earlier is replaced, in the chapter's file, by the withdrawal and its why, so the claim
+shows as not decided yet, with why, until a later run records it. One whose
+measurement is made and cannot decide it (its runs are all in, and their intervals
+admit either answer) calls ``ledger.cannot_tell(claim_id, ours=..., cause=...)``: a
+verdict of its own, "cannot tell", with the measurement and why.
 The ledger page (``chapters/seed_ledger.ipynb``) reads both halves with ``rows`` and
 shows them with ``page``.
 """
@@ -36,6 +39,7 @@ CLAIMS_FILE = Path(__file__).with_name("seed_claims.json")
 LEDGER_DIR = Path(__file__).resolve().parents[2] / "results" / "ledger"
 LEDGER_DIR_ENV = "ROPETUT_LEDGER_DIR"
 AGREE, DISAGREE = "agree", "disagree"
+CANNOT_TELL = "cannot tell"  # measured, and the measurement cannot decide
 NOT_DECIDED = "not decided yet"
 NOT_TESTABLE = "not testable yet"
 # the key of a withdrawn claim's entry in a chapter's file: why it is not decided yet
@@ -44,7 +48,8 @@ WITHDRAWN = "withdrawn"
 APPENDIX = "10_two_dsls"
 # an HTML id, as docutils writes a label's or heading's
 WHERE = re.compile(r"[a-z][a-z0-9-]*")
-# claim id -> {"ours", "agree", "cause", "where"}: this session's, for verdicts()
+# claim id -> {"ours", "agree", "cause", "where"}: this session's, for verdicts();
+# agree None: cannot tell
 _recorded = {}
 # claim id -> why it is not decided yet: this session's withdrawals, for verdicts()
 _withdrawn = {}
@@ -91,20 +96,38 @@ def record(
     (or for the cell's own words). Returns None, so a call that ends a cell adds no
     output to it.
     """
-    claim = _chapter_claim(claim_id)
     if agree is None:
         raise TypeError(f"claim {claim_id!r}: agree must be True or False, not None")
+    _keep(claim_id, ours, bool(agree), cause, where, out_dir, show)
+
+
+def cannot_tell(
+    claim_id: str,
+    *,
+    ours: str,
+    cause: str,
+    where: str | None = None,
+    out_dir=None,
+    show: bool = True,
+) -> None:
+    """Record that a chapter measured a claim and the measurement cannot decide it: the
+    runs it rests on are all in, and their intervals admit agree and disagree alike.
+    The ledger shows the verdict "cannot tell", with ours and cause (why: which rows
+    could go either way), where ``withdraw`` would show "not decided yet". Arguments
+    as ``record``'s. Returns None."""
+    _keep(claim_id, ours, None, cause, where, out_dir, show)
+
+
+def _keep(claim_id, ours, agree, cause, where, out_dir, show) -> None:
+    """``record``'s and ``cannot_tell``'s entry (agree: True, False or None), kept for
+    ``verdicts`` and written to the chapter's file."""
+    claim = _chapter_claim(claim_id)
     if where is not None and not WHERE.fullmatch(where):
         raise ValueError(
             f"claim {claim_id!r}: where={where!r} is not an HTML id "
             "(a lowercase letter, then lowercase letters, digits and hyphens)"
         )
-    entry = {
-        "ours": str(ours),
-        "agree": bool(agree),
-        "cause": str(cause),
-        "where": where,
-    }
+    entry = {"ours": str(ours), "agree": agree, "cause": str(cause), "where": where}
     _recorded[claim_id] = entry
     _withdrawn.pop(claim_id, None)
     if show:
@@ -154,7 +177,10 @@ def _chapter_claim(claim_id: str) -> dict:
     return claim
 
 
-def _verdict(agree: bool):
+def _verdict(agree):
+    """agree (True, False, or None: cannot tell) as the page's word."""
+    if agree is None:
+        return CANNOT_TELL
     word = AGREE if agree else DISAGREE
     return report.Markup(word, f'<span class="verdict-{word}">{word}</span>')
 
@@ -229,6 +255,8 @@ def rows(claims_data=None, verdicts=None) -> list:
             )
         elif found is None or why is not None:
             verdict = NOT_DECIDED
+        elif found["agree"] is None:
+            verdict = CANNOT_TELL
         else:
             verdict = AGREE if found["agree"] else DISAGREE
         table.append(
@@ -249,15 +277,15 @@ def rows(claims_data=None, verdicts=None) -> list:
     return table
 
 
-STATES = (AGREE, DISAGREE, NOT_TESTABLE, NOT_DECIDED)
+STATES = (AGREE, DISAGREE, CANNOT_TELL, NOT_TESTABLE, NOT_DECIDED)
 
 
 def page(table=None):
     """The ledger page: a summary (claims per seed, and how many of them agree,
-    disagree, are not testable yet or not decided yet), then one table per seed: each
-    claim, our measurement, the verdict, why (the recorded cause), and a link to the
-    place in its chapter that measured it. table: ``rows()``
-    (the default)."""
+    disagree, cannot tell, are not testable yet or not decided yet), then one table
+    per seed: each claim, our measurement, the verdict, why (the recorded cause), and
+    a link to the place in its chapter that measured it. table: ``rows()`` (the
+    default)."""
     table = rows() if table is None else table
     seeds = sorted({r["seed"] for r in table})
     counts = [_counts(seed, [r for r in table if r["seed"] == seed]) for seed in seeds]
