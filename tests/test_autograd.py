@@ -6,6 +6,7 @@ from conftest import gpu_only, randn, tables
 
 import ropetut
 from ropetut.check import relative_error
+from ropetut.kernels.final import rope_final
 from ropetut.reference import rope_reference
 
 B, T, HQ, HK, D = 1, 3, 2, 1, 8
@@ -158,7 +159,8 @@ def test_in_place_on_a_tensor_with_gaps_prepares_the_gaps_too(early, monkeypatch
     whose key names the gaps: its input gradients must have them too, whether the
     forward made their memory (small tensors) or the backward does (``empty_like``
     made them contiguous, and on a GPU the kernel wrote past their end). The
-    interpreter keeps no prepared launch, so only a GPU run can fail here."""
+    gradient keeps the gaps, and a direct launch of the same layouts after it, under
+    the same key, writes the same numbers."""
     if not early:
         monkeypatch.setattr(ropetut.autograd, "EARLY_GRADS_BYTES", 0)
     shape, gaps = (2, 3, 4, 16), (576, 192, 16, 1)  # every third row of 64 used
@@ -170,8 +172,12 @@ def test_in_place_on_a_tensor_with_gaps_prepares_the_gaps_too(early, monkeypatch
     x, g = randn(*shape).requires_grad_(), with_gaps(randn(*shape))
     out = ropetut.apply_rope(with_gaps(x), None, cos, sin, inplace=True)
     (grad,) = torch.autograd.grad(out, x, g)
+    assert grad.stride() == gaps
     want = rope_reference(g.double(), cos.double(), sin.double(), inverse=True)
     assert relative_error(grad, want) <= 2e-6
+    back = with_gaps(torch.zeros(shape))
+    rope_final(g, None, cos, sin, back, None, backward=True)
+    assert relative_error(back, want) <= 2e-6
 
 
 def test_in_place_without_grad_bumps_the_version_counter():
