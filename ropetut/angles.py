@@ -12,7 +12,12 @@ operators of ``ropetut.angles_op``.
 import torch
 
 from .angles_op import check_angle_args, rope_angles_traced, rotate_angles
-from .autograd import empty_strided_like, save_for_backward, saved_tensors
+from .autograd import (
+    EARLY_GRADS_BYTES,
+    empty_strided_like,
+    save_for_backward,
+    saved_tensors,
+)
 from .kernels.angles import launch_key
 from .kernels.angles import rope_angles as launch_angles
 
@@ -29,7 +34,9 @@ class AnglesFunction(torch.autograd.Function):
     gradients laid out like the outputs (the usual case), into input gradients laid out
     like them too, gaps and all (in place on a tensor with gaps between its rows, where
     ``empty_like`` would be contiguous); any other layout, or a backward that autograd
-    records, takes the ordinary path."""
+    records, takes the ordinary path. For tensors of at most ``EARLY_GRADS_BYTES``,
+    where host time is all there is, the forward makes the input gradients' memory too,
+    as ``RopeFunction`` does."""
 
     @staticmethod
     def forward(ctx, q, k, inv_freq, options):
@@ -39,13 +46,18 @@ class AnglesFunction(torch.autograd.Function):
             ctx.mark_dirty(*(t for t in (q, k) if t is not None))
         save_for_backward(ctx, inv_freq, positions)
         ctx.options = options
-        ctx.prepared = None
+        ctx.prepared = ctx.grads = None
         if not backward and q.numel() and (k is None or k.numel()):
             ctx.prepared = launch_key(
                 q_out, k_out, inv_freq, q_out, k_out, positions, rotary_dim,
                 interleaved, True, in_place=False,
             )  # fmt: skip
             ctx.grad_strides = (q_out.stride(), None if k is None else k_out.stride())
+            if q.nbytes + (0 if k is None else k.nbytes) <= EARLY_GRADS_BYTES:
+                ctx.grads = (
+                    empty_strided_like(q_out),
+                    None if k is None else empty_strided_like(k_out),
+                )
         return q_out if k is None else (q_out, k_out)
 
     @staticmethod
@@ -58,10 +70,13 @@ class AnglesFunction(torch.autograd.Function):
             and ctx.grad_strides == (dq.stride(), None if dk is None else dk.stride())
         ):  # with the outputs' strides, as the prepared launch expects (no overlap:
             # out of place the outputs are dense, and in place may not overlap)
-            grads = (
-                empty_strided_like(dq),
-                None if dk is None else empty_strided_like(dk),
-            )
+            # once only: a second backward (retain_graph) gets fresh memory
+            grads, ctx.grads = ctx.grads, None
+            if grads is None:
+                grads = (
+                    empty_strided_like(dq),
+                    None if dk is None else empty_strided_like(dk),
+                )
             launch_angles(
                 dq, dk, inv_freq, *grads, positions=positions,
                 interleaved=interleaved, rotary_dim=rotary_dim, backward=True,

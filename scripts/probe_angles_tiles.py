@@ -91,13 +91,21 @@ def _cos_sin_left_out(turn, lo):
     return turn, lo
 
 
-ANGLE_VARIANTS = {  # --angle: the kernel's functions replaced, by name
+ANGLE_VARIANTS = {  # --angle: the kernel's functions replaced, by name (one short
+    # wave calls the short path's own function)
     "exact": {},
-    "long": {"_fraction_of_turns": angles._fraction_of_turns_long},
-    "fp32": {"_fraction_of_turns": _fraction_in_float32},
+    "long": {
+        "_fraction_of_turns": angles._fraction_of_turns_long,
+        "_fraction_of_turns_short": angles._fraction_of_turns_long,
+    },
+    "fp32": {
+        "_fraction_of_turns": _fraction_in_float32,
+        "_fraction_of_turns_short": _fraction_in_float32,
+    },
     "none": {
         "_turns_per_position": _turns_only_converted,
         "_fraction_of_turns": _fraction_left_out,
+        "_fraction_of_turns_short": _fraction_left_out,
         "_cos_sin_of_turn": _cos_sin_left_out,
     },
 }
@@ -184,8 +192,9 @@ def main():
     chosen = angles.PAIRS_PER_TILE, angles.NUM_WARPS
     chosen_short = angles.SHORT_WAVE_PAIRS_PER_TILE, angles.SHORT_WAVE_NUM_WARPS
     tiles = args.tiles or list(itertools.product(PAIRS, WARPS))
-    print(f"turns by {args.turns}, angle {args.angle}, loads first {args.loads_first}, "
-          f"head split {args.head_split}; medians of {args.repeats} round(s)")  # fmt: skip
+    print(f"turns by {args.turns}, angle {args.angle}, loads first "
+          f"{args.loads_first}, head split {args.head_split}; medians of "
+          f"{args.repeats} round(s)")  # fmt: skip
     shapes = args.shapes or bench_angles.SHAPES
     for shape, mode in itertools.product(shapes, args.modes):
         floor = bench.copy_floor_ms(shape, mode, graphed=True)

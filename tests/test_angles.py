@@ -149,19 +149,22 @@ def test_both_plans_give_the_same_outputs(monkeypatch, HQ, inplace, interleaved)
     program's arithmetic is the same. Every plan against the reference, and against
     each other: the same bits through the interpreter, within the bound on the GPU
     (each compile contracts its own FMAs). With no SM to spare one program walks every
-    block (the reload after LOADS_FIRST); with twice the SMs, two programs share three
-    blocks; with many, each block has its own. In place, a block written twice would
-    be turned twice."""
+    block of the short tile's heads (the reload after LOADS_FIRST); with twice the SMs,
+    two programs share two or three blocks; with many, blocks of half the short tile,
+    each its own program. In place, a block written twice would be turned twice."""
     inv_freq, _ = scaling.default(96, device=DEV)
     positions = torch.tensor([[3, 2**20 + 1, 17], [2**24 + 5, 9, 1000001]], device=DEV)
     q, k = randn(2, 3, HQ, 128), randn(2, 3, 2, 128)
     block_t = tile_sizes(3, HQ, 48, PAIRS_PER_TILE)[0]
     programs = 2 * triton.cdiv(3, block_t)  # the normal plan's, tokens a program
-    short_heads = angle_kernel.SHORT_WAVE_PAIRS_PER_TILE // (block_t * 64)
-    blocks = triton.cdiv(HQ, min(triton.next_power_of_2(HQ), short_heads))
+    spare = (programs, 2 * programs, 10**6)  # SMs for one short wave, or to spare
+    splits = {6: (1, 1, 1), 64: (1, 2, 4), 96: (1, 2, 6)}[HQ]  # HEAD_SPLIT of each
     short_warps = angle_kernel.SHORT_WAVE_NUM_WARPS
-    outs, plans, expected = {}, {}, {0: {(angle_kernel.NUM_WARPS, 1, False)}}
-    for sms in (0, programs, 2 * programs, 10**6):  # never a short wave; spare SMs
+    outs, plans = {}, {}
+    expected = {0: {(angle_kernel.NUM_WARPS, 1, False)}} | {
+        sms: {(short_warps, split, True)} for sms, split in zip(spare, splits)
+    }
+    for sms in (0, *spare):  # never a short wave, then one
         monkeypatch.setattr(launch, "_PLANS", {})
         monkeypatch.setattr(launch, "_COMPILED", {})
         monkeypatch.setattr(angle_kernel, "_sms", lambda q, sms=sms: sms)
@@ -171,10 +174,7 @@ def test_both_plans_give_the_same_outputs(monkeypatch, HQ, inplace, interleaved)
             rotary_dim=96, inplace=inplace,
         )  # fmt: skip
         plans[sms] = kept_plans()
-        if sms:
-            expected[sms] = {(short_warps, min(blocks, sms // programs), True)}
     assert plans == expected
-    assert blocks == {6: 1, 64: 2, 96: 3}[HQ]
     for x, *each in zip((q, k), *outs.values(), strict=True):
         ref = reference(x, positions, inv_freq, interleaved=interleaved, rotary_dim=96)
         assert all(scale_error(out, ref) <= 1e-6 for out in each)
@@ -584,14 +584,18 @@ def test_a_prepared_backward_keeps_the_tiles_of_its_forward(monkeypatch):
     assert relative_error(grad, want) <= 2e-6
 
 
-def test_in_place_on_a_tensor_with_gaps_prepares_the_gaps_too(monkeypatch):
+@pytest.mark.parametrize("early", [True, False], ids=["early-grads", "grads-later"])
+def test_in_place_on_a_tensor_with_gaps_prepares_the_gaps_too(early, monkeypatch):
     """In place on a q with gaps between its rows (not a view: its own storage), the
     prepared backward writes input gradients with the outputs' strides, gaps and all,
     as its key says (``empty_like`` would be contiguous, and a plan kept for one layout
-    would serve the other). The gradient is right, and so is a direct launch of the
-    same layouts after it, under the same key."""
+    would serve the other), whether the forward made their memory (small tensors) or
+    the backward does. The gradient is right, and so is a direct launch of the same
+    layouts after it, under the same key."""
     import ropetut.angles as module
 
+    if not early:
+        monkeypatch.setattr(module, "EARLY_GRADS_BYTES", 0)
     ordinary = []
     rotate = module.rotate_angles
     monkeypatch.setattr(
@@ -615,3 +619,24 @@ def test_in_place_on_a_tensor_with_gaps_prepares_the_gaps_too(monkeypatch):
     back = with_gaps(torch.zeros(shape))
     rope_angles(g, None, inv_freq, back, None, backward=True)
     assert relative_error(back, want) <= 2e-6
+
+
+def test_a_second_backward_gets_fresh_gradient_memory():
+    """Small tensors get their input gradients' memory in the forward (host time); a
+    second backward through the same graph must not write into the tensors the first
+    one returned."""
+    inv_freq, _ = scaling.default(16, device=DEV)
+    q, k = randn(1, 5, 2, 16).requires_grad_(), randn(1, 5, 1, 16).requires_grad_()
+    q_out, k_out = apply_rope_angles(q, k, inv_freq)
+    weights = [(randn(*q.shape), randn(*k.shape)) for _ in range(2)]
+    grads = [
+        torch.autograd.grad(
+            (q_out * w_q).sum() + (k_out * w_k).sum(), (q, k), retain_graph=True
+        )
+        for w_q, w_k in weights
+    ]
+    cos, sin = ropetut.rope_tables(inv_freq, 5, device=DEV)
+    for got, (w_q, w_k) in zip(grads, weights):
+        want = torch.autograd.grad(ropetut.apply_rope(q, k, cos, sin), (q, k), (w_q, w_k))
+        for g, expected in zip(got, want):
+            assert relative_error(g, expected) <= 2e-6

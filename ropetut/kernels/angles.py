@@ -44,12 +44,17 @@ What it changes from ``final``, and why:
   program's threads outnumber its (tokens, pairs), several compute the same angle: a
   decode program of 8 warps computes each of its 64 angles four times, in parallel.
 - a grid of no more programs than the GPU has SMs (decode) runs as one short wave, its
-  time one program's latency. There the kernel takes a tile of all of an 8B-like
-  model's heads and 8 warps, and loads its first block of q and k before the angles,
-  so that the loads are in flight during the arithmetic (``LOADS_FIRST``); SMs left
-  over take the tile's other blocks of heads (``HEAD_SPLIT``). Elsewhere many
-  programs share an SM and hide each other's arithmetic, and holding the block through
-  it cost the forward 4 % at prefill (results/probe_angles_decode_h200.txt).
+  time one program's latency. There the kernel takes a tile of up to 2,048 pairs (all
+  of an 8B-like model's q heads) and 8 warps, and loads its first block of q and k
+  before the angles, so that the loads are in flight during the arithmetic
+  (``LOADS_FIRST``), and runs the heads' loop (``_turn_heads``) in each branch of the
+  test for the short path: the angles are then computed in the tile's own layout,
+  eight pairs a thread, where a branch's results went through shared memory behind
+  three barriers. SMs left over take the tile's other blocks of heads
+  (``HEAD_SPLIT``), blocks as small as they can take, down to half the tile
+  (results/probe_angles_turn_heads_h200.txt). Elsewhere many programs share an SM and
+  hide each other's arithmetic, and holding the block through it cost the forward 4 %
+  at prefill (results/probe_angles_decode_h200.txt).
   An ncu profile of a decode step before these changes (results/profiles/) found q and
   k loaded only after the whole chain, which the compiler (Triton 3.6) had computed
   twice, in two layouts: 5 times the table kernel's instructions a warp, on a quarter
@@ -189,14 +194,20 @@ def _fraction_of_turns(c, pos):
     at most c in size, rounds: about 1e-8 turn. Beyond 2**24, the long path
     (``_fraction_of_turns_long``)."""
     if tl.max(pos) < SHORT_POSITIONS:
-        p = pos.to(tl.float32)  # exact
-        c_hi = c.to(tl.float32)
-        c_lo = (c - c_hi.to(tl.float64)).to(tl.float32)  # the subtraction is exact
-        t, err = _product_and_error(p, c_hi)
-        hi, lo = _add_exactly(_fraction(t), tl.zeros_like(t), err)
-        return _add_exactly(hi, lo, p * c_lo)
+        return _fraction_of_turns_short(c, pos)
     else:
         return _fraction_of_turns_long(c, pos)
+
+
+@triton.jit
+def _fraction_of_turns_short(c, pos):
+    """``_fraction_of_turns`` for positions below 2**24."""
+    p = pos.to(tl.float32)  # exact
+    c_hi = c.to(tl.float32)
+    c_lo = (c - c_hi.to(tl.float64)).to(tl.float32)  # the subtraction is exact
+    t, err = _product_and_error(p, c_hi)
+    hi, lo = _add_exactly(_fraction(t), tl.zeros_like(t), err)
+    return _add_exactly(hi, lo, p * c_lo)
 
 
 @triton.jit
@@ -280,6 +291,8 @@ def rope_angles_kernel(
         q_mask, k_mask = tok_mask & (h < HQ), tok_mask & (h < HK)
         q1, q2 = _load_pairs(q_tok + h * sqh, sqd, q_mask, i3, HALF, INTERLEAVED)
         k1, k2 = _load_pairs(k_tok + h * skh, skd, k_mask, i3, HALF, INTERLEAVED)
+    else:  # nothing loaded ahead
+        q1, q2, k1, k2 = None, None, None, None
     # The angles of a (tokens, pairs) tile, then broadcast over the tile's heads
     i = tl.arange(0, BLOCK_HALF)[None, :]
     if HAS_POSITIONS:
@@ -288,20 +301,68 @@ def rope_angles_kernel(
         pos = t.to(tl.int64)
     inv_freq = tl.load(inv_freq_ptr + i * sf, mask=i < HALF, other=0.0)
     c = _turns_per_position(inv_freq)  # (1, pairs), fp64
+    valid = (pos >= 0) & (pos < MAX_POSITION) & (t < T) & (i < HALF)  # NaN outside
     if FP64:
         turns = pos.to(tl.float64) * c
         turn = turns - tl.floor(turns + 0.5)
         angle = turn * TWO_PI_HI + turn * TWO_PI_LO  # a float literal would be fp32
         cos, sin = tl.cos(angle), tl.sin(angle)
+        _turn_heads(
+            q_tok, qo_tok, k_tok, ko_tok, sqh, sqd, skh, skd, sqoh, sqod, skoh,
+            skod, tok_mask, i3, HQ, HK, HALF, D, R, h_first, BLOCK_H * HEAD_SPLIT,
+            cos, sin, valid, q1, q2, k1, k2, BLOCK_H, BLOCK_PASS, INTERLEAVED,
+            BACKWARD, COPY_PASS, WIDE, LOADS_FIRST,
+        )  # fmt: skip
+    elif LOADS_FIRST:
+        # One short wave: the heads' loop in each branch of the test for the short
+        # path, so that the angles are computed in the tile's own layout. A branch's
+        # results go through shared memory to reach it, three barriers on the path
+        # that a launch of one short wave waits on (the sm_90 SASS).
+        if tl.max(pos) < SHORT_POSITIONS:
+            hi, lo = _fraction_of_turns_short(c, pos)
+            cos, sin = _cos_sin_of_turn(hi - tl.floor(hi + 0.5), lo)
+            _turn_heads(
+                q_tok, qo_tok, k_tok, ko_tok, sqh, sqd, skh, skd, sqoh, sqod, skoh,
+                skod, tok_mask, i3, HQ, HK, HALF, D, R, h_first, BLOCK_H * HEAD_SPLIT,
+                cos, sin, valid, q1, q2, k1, k2, BLOCK_H, BLOCK_PASS, INTERLEAVED,
+                BACKWARD, COPY_PASS, WIDE, LOADS_FIRST,
+            )  # fmt: skip
+        else:
+            hi, lo = _fraction_of_turns_long(c, pos)
+            cos, sin = _cos_sin_of_turn(hi - tl.floor(hi + 0.5), lo)
+            _turn_heads(
+                q_tok, qo_tok, k_tok, ko_tok, sqh, sqd, skh, skd, sqoh, sqod, skoh,
+                skod, tok_mask, i3, HQ, HK, HALF, D, R, h_first, BLOCK_H * HEAD_SPLIT,
+                cos, sin, valid, q1, q2, k1, k2, BLOCK_H, BLOCK_PASS, INTERLEAVED,
+                BACKWARD, COPY_PASS, WIDE, LOADS_FIRST,
+            )  # fmt: skip
     else:
         hi, lo = _fraction_of_turns(c, pos)
         cos, sin = _cos_sin_of_turn(hi - tl.floor(hi + 0.5), lo)
-    valid = (pos >= 0) & (pos < MAX_POSITION) & (t < T) & (i < HALF)  # NaN outside
+        _turn_heads(
+            q_tok, qo_tok, k_tok, ko_tok, sqh, sqd, skh, skd, sqoh, sqod, skoh,
+            skod, tok_mask, i3, HQ, HK, HALF, D, R, h_first, BLOCK_H * HEAD_SPLIT,
+            cos, sin, valid, q1, q2, k1, k2, BLOCK_H, BLOCK_PASS, INTERLEAVED,
+            BACKWARD, COPY_PASS, WIDE, LOADS_FIRST,
+        )  # fmt: skip
+
+
+@triton.jit
+def _turn_heads(
+    q_tok, qo_tok, k_tok, ko_tok, sqh, sqd, skh, skd, sqoh, sqod, skoh, skod,
+    tok_mask, i3, HQ, HK, HALF, D, R, h_first, h_step, cos, sin, valid, q1, q2, k1, k2,
+    BLOCK_H: tl.constexpr, BLOCK_PASS: tl.constexpr, INTERLEAVED: tl.constexpr,
+    BACKWARD: tl.constexpr, COPY_PASS: tl.constexpr, WIDE: tl.constexpr,
+    LOADS_FIRST: tl.constexpr,
+):  # fmt: skip
+    """The tile's heads, a block at a time from h_first, h_step apart: q and k turned
+    by the (tokens, pairs) angles (NaN where not valid) and stored, as ``final``'s loop;
+    q1, q2, k1, k2: the first block, loaded ahead (LOADS_FIRST)."""
     cos = tl.expand_dims(tl.where(valid, cos, float("nan")), 1)
     sin = tl.expand_dims(tl.where(valid, sin, float("nan")), 1)
     if BACKWARD:
         sin = -sin
-    for h0 in range(h_first, HQ, BLOCK_H * HEAD_SPLIT):
+    for h0 in range(h_first, HQ, h_step):
         h = h0 + tl.arange(0, BLOCK_H)[None, :, None]
         if WIDE:
             h = h.to(tl.int64)
@@ -309,20 +370,22 @@ def rope_angles_kernel(
         q_row, qo_row = q_tok + h * sqh, qo_tok + h * sqoh
         k_row, ko_row = k_tok + h * skh, ko_tok + h * skoh
         if LOADS_FIRST:
-            if h0 > h_first:  # the first block was loaded above
+            if h0 > h_first:  # the first block was loaded ahead
                 q1, q2 = _load_pairs(q_row, sqd, q_mask, i3, HALF, INTERLEAVED)
                 k1, k2 = _load_pairs(k_row, skd, k_mask, i3, HALF, INTERLEAVED)
+            qc1, qc2 = q1.to(cos.dtype), q2.to(cos.dtype)
+            kc1, kc2 = k1.to(cos.dtype), k2.to(cos.dtype)
         else:
-            q1, q2 = _load_pairs(q_row, sqd, q_mask, i3, HALF, INTERLEAVED)
-            k1, k2 = _load_pairs(k_row, skd, k_mask, i3, HALF, INTERLEAVED)
-        qc1, qc2 = q1.to(cos.dtype), q2.to(cos.dtype)
-        kc1, kc2 = k1.to(cos.dtype), k2.to(cos.dtype)
+            x1, x2 = _load_pairs(q_row, sqd, q_mask, i3, HALF, INTERLEAVED)
+            y1, y2 = _load_pairs(k_row, skd, k_mask, i3, HALF, INTERLEAVED)
+            qc1, qc2 = x1.to(cos.dtype), x2.to(cos.dtype)
+            kc1, kc2 = y1.to(cos.dtype), y2.to(cos.dtype)
         # (the output dtypes inline: a tuple of dtypes assigned in the loop does not
         # compile for sm_90, though the interpreter takes it)
-        q_out1 = (qc1 * cos - qc2 * sin).to(qo_ptr.dtype.element_ty)
-        q_out2 = (qc2 * cos + qc1 * sin).to(qo_ptr.dtype.element_ty)
-        k_out1 = (kc1 * cos - kc2 * sin).to(ko_ptr.dtype.element_ty)
-        k_out2 = (kc2 * cos + kc1 * sin).to(ko_ptr.dtype.element_ty)
+        q_out1 = (qc1 * cos - qc2 * sin).to(qo_tok.dtype.element_ty)
+        q_out2 = (qc2 * cos + qc1 * sin).to(qo_tok.dtype.element_ty)
+        k_out1 = (kc1 * cos - kc2 * sin).to(ko_tok.dtype.element_ty)
+        k_out2 = (kc2 * cos + kc1 * sin).to(ko_tok.dtype.element_ty)
         _store_pairs(qo_row, sqod, q_mask, i3, HALF, q_out1, q_out2, INTERLEAVED)
         _store_pairs(ko_row, skod, k_mask, i3, HALF, k_out1, k_out2, INTERLEAVED)
         if COPY_PASS:
@@ -340,7 +403,9 @@ PAIRS_PER_TILE, NUM_WARPS = 1024, 2
 # decode), 8 warps, and LOADS_FIRST (results/probe_angles_decode_h200.txt); where SMs
 # are left over, a tile's blocks of heads are split between that many programs of the
 # same tokens (HEAD_SPLIT: at 64 heads' decode 0.87x the table's forward against 1.08x
-# unsplit; results/probe_angles_head_split_h200.txt). CPU_SMS: the SMs the interpreter
+# unsplit; results/probe_angles_head_split_h200.txt), in blocks as small as the spare
+# SMs take, down to half the tile (32 heads' decode: two programs of 16 heads, not one
+# of 32; results/probe_angles_turn_heads_h200.txt). CPU_SMS: the SMs the interpreter
 # counts.
 SHORT_WAVE_PAIRS_PER_TILE, SHORT_WAVE_NUM_WARPS = 2048, 8
 CPU_SMS = 1
@@ -420,11 +485,14 @@ def _plan(
     programs = B * triton.cdiv(T, BLOCK_T)
     one_short_wave = programs <= _sms(q)
     if one_short_wave:  # the same tokens a program: more heads, more warps
-        heads = max(1, short_pairs // (BLOCK_T * BLOCK_HALF))
-        BLOCK_H = min(triton.next_power_of_2(HQ), heads)
+        spare = max(1, _sms(q) // max(programs, 1))  # SMs for each tile's tokens
+        most = max(1, short_pairs // (BLOCK_T * BLOCK_HALF))  # heads: the short tile
+        # blocks of heads as small as the spare SMs can take, down to half the tile
+        wanted = triton.next_power_of_2(triton.cdiv(HQ, spare))
+        BLOCK_H = min(triton.next_power_of_2(HQ), most, max(wanted, most // 2))
         num_warps = short_warps
         # the SMs left over take the tile's other blocks of heads
-        head_split = max(1, min(triton.cdiv(HQ, BLOCK_H), _sms(q) // max(programs, 1)))
+        head_split = min(triton.cdiv(HQ, BLOCK_H), spare)
     spb, spt = pos.stride() if has_positions else (0, 0)
     scalars = (
         T, HQ, HK, R // 2, D, R, *q.stride(), *kk.stride(), *q_out.stride(),
