@@ -127,14 +127,15 @@ def rotate_angles(q, k, inv_freq, options):
     positions, interleaved, rotary_dim, inplace, backward = options
     q_out = q if inplace else torch.empty_like(q)
     k_out = None if k is None else (k if inplace else torch.empty_like(k))
-    pairs = [(x, x_out) for x, x_out in ((q, q_out), (k, k_out)) if x is not None]
-    pairs = [(x, x_out) for x, x_out in pairs if x.numel()]
-    if pairs:
-        (x, x_out), *rest = pairs
-        y, y_out = rest[0] if rest else (None, None)
+    x, x_out, y, y_out = q, q_out, k, k_out
+    if k is not None and not k.numel():  # an empty k: q alone
+        y = y_out = None
+    elif not q.numel():  # an empty q: k alone (or nothing)
+        x, x_out, y, y_out = k, k_out, None, None
+    if x is not None and x.numel():
         launch_angles(x, y, inv_freq, x_out, y_out, positions=positions,
-                    interleaved=interleaved, rotary_dim=rotary_dim,
-                    backward=backward)  # fmt: skip
+                      interleaved=interleaved, rotary_dim=rotary_dim,
+                      backward=backward)  # fmt: skip
     if inplace:
         torch.autograd.graph.increment_version(q if k is None else (q, k))
     return q_out, k_out

@@ -86,8 +86,8 @@ def main() -> None:
     }
     for fn in calls.values():
         fn()  # each launch once, through the interpreter
-    for kernel, key in list(kept._PLANS):
-        kept._COMPILED[kernel, key] = (NoLaunch(), -1)
+    for launch in kept._KEPT.values():
+        launch.compiled, launch.device = NoLaunch(), -1
     for name, fn in calls.items():
         us = statistics.median(per_call_us(fn) for _ in range(5))
         print(f"{name:20} {us:6.1f} us a call")

@@ -136,7 +136,7 @@ def launch_final(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
 
 
 def launch_angles(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
-    launch_cache._COMPILED.clear()  # as for final: each variant goes through the JIT
+    launch_cache._KEPT.clear()  # as for final: each variant goes through the JIT
     # inv_freq in fp64 for fp64 inputs (as gradcheck's), in fp32 otherwise
     inv_freq = torch.rand(R // 2, dtype=torch.promote_types(q.dtype, torch.float32))
     angles.rope_angles(
@@ -146,7 +146,7 @@ def launch_angles(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
 
 
 def launch_qk_norm(q, k, qo, ko, cos, sin, pos, R, interleaved, backward):
-    launch_cache._COMPILED.clear()
+    launch_cache._KEPT.clear()
     w = torch.empty(q.shape[-1], dtype=q.dtype)  # in q's dtype, the tests' default
     launch = qk_norm.qk_norm_rope_backward if backward else qk_norm.qk_norm_rope_forward
     launch(

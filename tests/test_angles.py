@@ -126,8 +126,7 @@ def plan(request, monkeypatch):
     grid with set to 0 (never one short wave) or to 10**6 (always), kept plans and
     kernels cleared."""
     sms = 10**6 if request.param == "one short wave" else 0
-    monkeypatch.setattr(launch, "_PLANS", {})
-    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     monkeypatch.setattr(angle_kernel, "_sms", lambda q: sms)
     return request.param
 
@@ -135,7 +134,7 @@ def plan(request, monkeypatch):
 def kept_plans():
     """(num_warps, HEAD_SPLIT, LOADS_FIRST) of every table-free plan kept so far."""
     kernel = angle_kernel.rope_angles_kernel
-    plans = [p for (k, _), p in launch._PLANS.items() if k is kernel]
+    plans = [kept.plan for (k, _), kept in launch._KEPT.items() if k is kernel]
     return {(p.num_warps, *p.args[-2:]) for p in plans}  # the last two constexprs
 
 
@@ -165,8 +164,7 @@ def test_both_plans_give_the_same_outputs(monkeypatch, HQ, inplace, interleaved)
         sms: {(short_warps, split, True)} for sms, split in zip(spare, splits)
     }
     for sms in (0, *spare):  # never a short wave, then one
-        monkeypatch.setattr(launch, "_PLANS", {})
-        monkeypatch.setattr(launch, "_COMPILED", {})
+        monkeypatch.setattr(launch, "_KEPT", {})
         monkeypatch.setattr(angle_kernel, "_sms", lambda q, sms=sms: sms)
         x, y = q.clone(), k.clone()
         outs[sms] = apply_rope_angles(
@@ -343,7 +341,7 @@ def test_a_call_is_one_launch_and_no_torch_op_on_inv_freq(monkeypatch):
     from ropetut.kernels import angles
 
     launched = []
-    monkeypatch.setattr(angles, "launch", lambda *args: launched.append(args[3]))
+    monkeypatch.setattr(angles, "launch", lambda *args: launched.append(args[2]))
     inv_freq, _ = scaling.default(32, device=DEV)
     storage = inv_freq.untyped_storage().data_ptr()
     touched = []
@@ -508,7 +506,7 @@ def test_a_launch_plan_is_kept_per_key_in_place_apart(monkeypatch):
     own, not out of place's (which copies them): both right."""
     from ropetut.kernels import angles, launch
 
-    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     made, make = [], angles._plan
     monkeypatch.setattr(angles, "_plan", lambda *a: made.append(a) or make(*a))
     inv_freq, _ = scaling.default(32, device=DEV)
@@ -570,13 +568,14 @@ def test_a_prepared_backward_keeps_the_tiles_of_its_forward(monkeypatch):
     key is made with the forward's tiles, and its gradient is right."""
     from ropetut.kernels import angles
 
-    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     inv_freq, _ = scaling.default(16, device=DEV)
     q, dq = randn(1, 6, 2, 16).requires_grad_(), randn(1, 6, 2, 16)
     out = apply_rope_angles(q, None, inv_freq)
     monkeypatch.setattr(angles, "PAIRS_PER_TILE", 8)
     (grad,) = torch.autograd.grad(out, q, dq)
-    (forward, backward), plans = launch._PLANS, list(launch._PLANS.values())
+    forward, backward = launch._KEPT
+    plans = [kept.plan for kept in launch._KEPT.values()]
     assert forward[1][-4] == backward[1][-4] == PAIRS_PER_TILE  # the keys' tiles
     assert plans[0].grid == plans[1].grid  # and the plans': the forward's
     cos, sin = ropetut.rope_tables(inv_freq, 6, device=DEV)

@@ -1,4 +1,4 @@
-"""``ropetut/kernels/launch.py``: plans kept per key, and the direct launch. The keys
+"""``ropetut/kernels/launch.py``: launches kept per key, and the direct launch. The keys
 hold the kernels' tunings as they are at each call; a kept compiled kernel launches
 only on the GPU it was compiled for. (Nothing compiles under the interpreter: a
 stand-in kernel shows which path a launch took.)"""
@@ -44,21 +44,24 @@ def test_cached_launches_skip_the_jit_unless_a_pointer_is_misaligned(
     installed Triton's launch call differs from ours. (Nothing compiles under the
     interpreter: a stand-in compiled kernel shows which path a launch took.)"""
     monkeypatch.setattr(launch, "direct_launch_matches", lambda: matches)
-    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     monkeypatch.setattr(
         torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False
     )
     x = torch.zeros(64)  # a CPU tensor: get_device() is -1, the kept "GPU"
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
-    kernel, plan = StandInKernel(), launch.Plan((2, 1, 1), (5, True), 4)
+    kernel = StandInKernel()
+    plan = launch.Plan((2, 1, 1), (5, True), 4)
+    kept = launch.kept_launch(kernel, "key", lambda: plan)
+    assert launch.kept_launch(kernel, "key", lambda: None) is kept  # one per key
     for _ in range(2):
-        launch.launch(kernel, "key", plan, (x,))
+        launch.launch(kernel, kept, (x,))
     assert len(kernel.jit_calls) == (1 if matches else 2)
     if matches:
         launched = (2, 1, 1, 7, None, None, None, None, None, x, 5, True)
         assert kernel.direct_calls == [launched]
     for _ in range(2):
-        launch.launch(kernel, "key", plan, (x[1:],))
+        launch.launch(kernel, kept, (x[1:],))
     assert len(kernel.jit_calls) == (3 if matches else 4)
     assert len(kernel.direct_calls) == (1 if matches else 0)
 
@@ -70,7 +73,7 @@ def test_a_kept_kernel_launches_through_the_jit_while_another_gpu_is_current(
     while cuda:0 is current, and through ``kernel[grid](...)`` (which launches on the
     current GPU, as Triton does) while cuda:1 is."""
     monkeypatch.setattr(launch, "direct_launch_matches", lambda: True)
-    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     monkeypatch.setattr(
         torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False
     )
@@ -79,12 +82,13 @@ def test_a_kept_kernel_launches_through_the_jit_while_another_gpu_is_current(
     monkeypatch.setattr(
         torch._C, "_cuda_getDevice", lambda: current["device"], raising=False
     )
-    kernel, plan = StandInKernel(), launch.Plan((2, 1, 1), (5,), 4)
-    launch.launch(kernel, "key", plan, (x,))  # compiles (stands in), kept
-    launch.launch(kernel, "key", plan, (x,))
+    kernel = StandInKernel()
+    kept = launch.kept_launch(kernel, "key", lambda: launch.Plan((2, 1, 1), (5,), 4))
+    launch.launch(kernel, kept, (x,))  # compiles (stands in), kept
+    launch.launch(kernel, kept, (x,))
     assert (len(kernel.jit_calls), len(kernel.direct_calls)) == (1, 1)
     current["device"] = x.get_device() + 1
-    launch.launch(kernel, "key", plan, (x,))
+    launch.launch(kernel, kept, (x,))
     assert (len(kernel.jit_calls), len(kernel.direct_calls)) == (2, 1)
 
 
@@ -103,10 +107,10 @@ def test_qk_norm_plans_follow_the_module_tuning(monkeypatch):
     """Assigning ``qk_norm_rope.FORWARD`` (as a sweep does) gives the next launch a
     plan of the new tuning, not the one kept for the old; both are right. The
     backward's key holds the ``BACKWARD`` it was computed with."""
-    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     plans = []
     monkeypatch.setattr(
-        qk_norm_rope, "launch", lambda kernel, key, plan, ptrs: plans.append(plan)
+        qk_norm_rope, "launch", lambda kernel, kept, ptrs: plans.append(kept.plan)
     )
     (q, k, w_q, w_k, cos, sin), options = _qk_norm_args()
     forward = qk_norm_rope.FORWARD
@@ -133,7 +137,7 @@ def test_qk_norm_plans_follow_the_module_tuning(monkeypatch):
 def test_qk_norm_results_do_not_depend_on_the_module_tuning(monkeypatch):
     """The forward under two module tunings, launched for real: both match the
     float64 reference."""
-    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     (q, k, w_q, w_k, cos, sin), options = _qk_norm_args()
     forward = qk_norm_rope.FORWARD
     for tuning in (forward, forward._replace(pairs_per_tile=64)):
@@ -150,7 +154,7 @@ def test_qk_norm_results_do_not_depend_on_the_module_tuning(monkeypatch):
 
 def test_angles_plans_follow_the_module_tile(monkeypatch):
     """Assigning ``angles.PAIRS_PER_TILE`` gives the next launch a plan of its own."""
-    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     made, make = [], angles._plan
     monkeypatch.setattr(angles, "_plan", lambda *a: made.append(a) or make(*a))
     inv_freq, _ = scaling.default(16, device=ropetut.DEVICE)

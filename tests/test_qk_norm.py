@@ -664,7 +664,7 @@ def test_bench_without_a_gpu_times_nothing(capsys):
 
 def count_plans(monkeypatch):
     """A fresh plan cache, and a list that records each plan ``_plan`` makes."""
-    monkeypatch.setattr(launch, "_PLANS", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     made = []
     make = qk_norm_rope._plan
 
@@ -788,7 +788,7 @@ def test_repeated_launches_on_the_gpu_go_straight_to_the_compiled_kernels(
     """fwd+bwd twice: one compiled kernel kept each way, the same results. Then q and
     the output gradients as views 4 bytes off 16-byte alignment: through the JIT,
     nothing more kept, the same results."""
-    monkeypatch.setattr(launch, "_COMPILED", {})
+    monkeypatch.setattr(launch, "_KEPT", {})
     q, k, w_q, w_k, cos, sin, _ = make_case("default")
     weights = [w.requires_grad_() for w in (w_q, w_k)]
 
@@ -807,8 +807,8 @@ def test_repeated_launches_on_the_gpu_go_straight_to_the_compiled_kernels(
 
     dq_out = randn(*q.shape)
     first = step(q, dq_out)
-    assert len(launch._COMPILED) == 2
+    assert sum(kept.compiled is not None for kept in launch._KEPT.values()) == 2
     assert all(torch.equal(a, b) for a, b in zip(first, step(q, dq_out)))
     off = step(misaligned(q), misaligned(dq_out))
     assert all(relative_error(a, b) <= 1e-6 for a, b in zip(off, first))
-    assert len(launch._COMPILED) == 2
+    assert sum(kept.compiled is not None for kept in launch._KEPT.values()) == 2

@@ -77,7 +77,7 @@ from triton import knobs
 from triton.language.extra import libdevice
 
 from .final import _copy_pass_dims, _last_offset, _load_pairs, _store_pairs
-from .launch import Plan, kept_plan, launch
+from .launch import Plan, kept_launch, launch
 from .tiles import tile_sizes
 
 # as triton.jit decides: libdevice calls run only compiled
@@ -431,7 +431,7 @@ def rope_angles(
             q, k, inv_freq, q_out, k_out, positions, R, interleaved, backward,
             in_place=q_out.data_ptr() == q.data_ptr(),
         )  # fmt: skip
-    plan = kept_plan(  # the tiles the key names: a key computed ahead keeps its own
+    kept = kept_launch(  # the tiles the key names: a key computed ahead keeps its own
         rope_angles_kernel,
         key,
         lambda: _plan(
@@ -439,16 +439,16 @@ def rope_angles(
             key[-4:],
         ),
     )  # fmt: skip
-    launch(rope_angles_kernel, key, plan, pointers)
+    launch(rope_angles_kernel, kept, pointers)
     return q_out, k_out
 
 
 def launch_key(
     q, k, inv_freq, q_out, k_out, positions, R, interleaved, backward, *, in_place,
 ):  # fmt: skip
-    """Everything a launch's plan is computed from (``launch.kept_plan``), the tile and
-    warps too: read at every call, so that a sweep that assigns them gets plans of its
-    own. A key computed ahead (the backward's, in the forward) keeps the tiles of its
+    """Everything a launch's plan is computed from (``launch.kept_launch``), the tile
+    and warps too: read at every call, so that a sweep that assigns them gets plans of
+    its own. A key computed ahead (the backward's, in the forward) keeps the tiles of its
     time: ``rope_angles`` plans with the tiles its key names (its last four entries)."""
     return (
         q.shape, q.stride(), q_out.stride(), q.dtype, q_out.dtype, q.get_device(),

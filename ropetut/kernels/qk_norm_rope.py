@@ -75,7 +75,7 @@ import triton
 import triton.language as tl
 
 from .final import _last_offset, _load_pairs, _store_pairs
-from .launch import Plan, kept_plan, launch
+from .launch import Plan, kept_launch, launch
 
 
 @triton.jit
@@ -840,7 +840,7 @@ def qk_norm_rope_forward(
         interleaved=interleaved, rotary_dim=rotary_dim, weight_offset=weight_offset,
         tuning=tuning,
     )  # fmt: skip
-    plan = kept_plan(
+    kept = kept_launch(
         kernel,
         key,
         lambda: _plan(
@@ -849,7 +849,7 @@ def qk_norm_rope_forward(
         ),  # fmt: skip
     )
     pos = q if positions is None else positions  # a placeholder pointer, never read
-    launch(kernel, key, plan, (q, k, q_out, k_out, w_q, w_k, cos, sin, pos))
+    launch(kernel, kept, (q, k, q_out, k_out, w_q, w_k, cos, sin, pos))
     return q_out, k_out
 
 
@@ -891,7 +891,7 @@ def qk_norm_rope_backward(
             interleaved=interleaved, rotary_dim=rotary_dim,
             weight_offset=weight_offset, tuning=tuning,
         )  # fmt: skip
-    plan = kept_plan(
+    kept = kept_launch(
         kernel,
         key,
         # the key's last field is the Tuning it was computed with
@@ -901,13 +901,13 @@ def qk_norm_rope_backward(
         ),  # fmt: skip
     )
     # one row of dw a program (fp32; fp64 for fp64), summed here: q's rows, then k's
-    q_programs, k_programs = plan.programs
+    q_programs, k_programs = kept.plan.programs
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     dw_part = torch.empty(q_programs + k_programs, D, dtype=acc, device=q.device)
     pos = q if positions is None else positions
     pointers = (q, k, dq_out, dk_out, dq, dk, w_q, w_k, dw_part, cos, sin, pos)
-    launch(kernel, key, plan, pointers)
-    dw_q, dw_k = dw_part.split(plan.programs)
+    launch(kernel, kept, pointers)
+    dw_q, dw_k = dw_part.split(kept.plan.programs)
     return dq, dk, dw_q.sum(0).to(w_q.dtype), dw_k.sum(0).to(w_k.dtype)
 
 
