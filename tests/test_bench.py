@@ -288,6 +288,16 @@ def test_measure_refuses_undeclared_writes(monkeypatch, no_timers, mode):
     )
 
 
+def test_measure_takes_an_eager_time_measured_already(monkeypatch, no_timers):
+    """eager_ms replaces time_ms (bench.angles times two rows in turn), and the provider
+    is still checked for undeclared writes."""
+    monkeypatch.setattr(bench, "make_provider", lambda name, shape: _liger_like)
+    row = bench.measure("liger", TINY, "fwd", 1.0, 1.0, eager_ms=4.0)
+    assert row["error"] is None and row["ms"] == 4.0 and row["pct_floor"] == 25
+    final = bench.measure("final", TINY, "fwd", 1.0, 1.0, eager_ms=4.0)
+    assert final["ms"] is None and "does not declare" in final["error"]
+
+
 def test_qk_norm_measure_checks_gradients_and_weights(monkeypatch, no_timers):
     from ropetut.bench import qk_norm as bench_qk_norm
 
@@ -589,6 +599,32 @@ def test_host_rows_on_gpu():
         ("final (torch.ops)", "fwd+bwd"),
     ]
     assert all(r["host_us"] > 0 and r["vs_liger"] is None for r in rows)
+
+
+@gpu_only
+def test_interleaved_ms_takes_turns_on_gpu():
+    """One time per function; the calls alternate a, b, b, a, ..., each on the same
+    inputs as its partner, and each function is called as often as the other."""
+    calls = []
+
+    def named(name, scale):
+        def fn(x):
+            calls.append((name, x.data_ptr()))
+            return x * scale
+
+        return fn
+
+    times = bench.interleaved_ms(
+        [named("a", 2), named("b", 3)],
+        make_inputs=lambda: (torch.randn(1 << 20, device="cuda"),),
+    )
+    assert len(times) == 2 and all(t > 0 for t in times)
+    timed = calls[-2 * (len(calls) // 2) :]
+    assert [n for n, _ in timed].count("a") == [n for n, _ in timed].count("b")
+    pairs = [timed[i : i + 2] for i in range(0, len(timed), 2)]
+    assert {(x[0], y[0]) for x, y in pairs} == {("a", "b"), ("b", "a")}
+    assert all(x[1] == y[1] for x, y in pairs)  # the same input set
+    assert len({x[1] for x, _ in pairs}) > 1  # cycling through several
 
 
 @gpu_only

@@ -34,6 +34,35 @@ def test_make_provider_refuses_unknown_names():
         bench_angles.make_provider("liger", TINY)
 
 
+@pytest.mark.parametrize("mode", bench.MODES)
+def test_paired_eager_ms(monkeypatch, mode):
+    """The table and table-free providers go to interleaved_ms together, in that order,
+    as training steps for fwd+bwd; if the pair raises, measure is left to time each."""
+    seen = []
+
+    def interleaved(fns, *, make_inputs):
+        inputs = make_inputs()
+        seen.append([fn(*inputs) for fn in fns])
+        return [1.0, 2.0]
+
+    monkeypatch.setattr(bench, "interleaved_ms", interleaved)
+    assert bench_angles.paired_eager_ms(TINY, mode) == {
+        bench_angles.TABLE: 1.0, bench_angles.TABLE_FREE: 2.0
+    }  # fmt: skip
+    [(table, free)] = seen
+    assert len(table) == 2 and all(
+        t.shape == (TINY.B, TINY.T, H, TINY.D) for t, H in zip(table, (2, 1))
+    )
+    for ours, theirs in zip(free, table):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-6)
+
+    def boom(fns, *, make_inputs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(bench, "interleaved_ms", boom)
+    assert bench_angles.paired_eager_ms(TINY, mode) == {}
+
+
 def _row(provider, mode, ms, graph_ms, shape="s"):
     return {"shape": shape, "tokens": 1, "provider": provider, "mode": mode, "ms": ms,
             "gbps": 10.0 / ms, "graph_ms": graph_ms, "peak_mem_mb": 0.0,

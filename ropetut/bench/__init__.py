@@ -11,7 +11,8 @@ slow host hides a fast kernel:
 
 - eager: ``triton.testing.do_bench`` medians of plain calls, host and GPU together
   (do_bench clears L2 with a kernel before each call, which gives the host a head start:
-  a call whose host time is shorter than that shows its GPU time only);
+  a call whose host time is shorter than that shows its GPU time only); two rows whose
+  ratio matters can be timed in turn, call by call (``interleaved_ms``);
 - graphed: the same calls captured in one CUDA graph and replayed, the GPU alone.
 
 Each input set is fresh random data, and small problems rotate among enough sets to fill
@@ -247,6 +248,46 @@ def time_ms(fn, *, make_inputs=None) -> float:
     return do_bench(lambda: fn(*next(cycle)), warmup=25, rep=100, return_mode="median")
 
 
+def interleaved_ms(fns, *, make_inputs) -> list:
+    """Median milliseconds of one eager call of each of ``fns``, timed as ``time_ms``
+    times one call (events around it, L2 cleared before it, 25 ms of warm-up, about
+    100 ms of repeats a function, cycling through ``input_sets``) but in turn, call by
+    call, on the same inputs: a, b, then b, a. A host-paced call's time drifts from one
+    moment to the next by more than two providers differ; taking turns lands each
+    moment on all of them. Returns one time per function, in order."""
+    sets = input_sets(make_inputs)
+    for fn in fns:  # compile, allocate
+        fn(*sets[0])
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for fn in fns:
+        fn(*sets[0])
+    torch.cuda.synchronize()
+    round_ms = (time.perf_counter() - start) * 1e3  # one call of each
+    cache = torch.empty(256 * 2**20, dtype=torch.int8, device=DEVICE)
+    for _, inputs in zip(range(max(1, int(25 / round_ms))), itertools.cycle(sets)):
+        for fn in fns:
+            fn(*inputs)
+    n = max(5, int(100 * len(fns) / round_ms))
+    events = [
+        [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+         for _ in range(n)]
+        for _ in fns
+    ]  # fmt: skip
+    order = list(range(len(fns)))
+    for i, inputs in zip(range(n), itertools.cycle(sets)):
+        for j in order if i % 2 == 0 else order[::-1]:
+            cache.zero_()
+            events[j][i][0].record()
+            fns[j](*inputs)
+            events[j][i][1].record()
+    torch.cuda.synchronize()
+    return [
+        torch.tensor([a.elapsed_time(b) for a, b in pairs]).median().item()
+        for pairs in events
+    ]
+
+
 def graph_ms(fn, *, make_inputs) -> float:
     """Median milliseconds of one ``fn(*inputs)`` replayed from a CUDA graph: the GPU's
     time alone. One graph calls fn once on each of ``input_sets``; it is replayed by
@@ -455,10 +496,12 @@ def measure(
     floor_ms: float,
     graph_floor_ms: float | None,
     make=None,
+    eager_ms=None,
 ) -> dict:
     """One row of the table, eager and (unless graph_floor_ms is None) graphed. A
     provider that raises gets its error recorded instead of a time. make: ``make(name,
-    shape)`` builds the provider (default: ``make_provider``)."""
+    shape)`` builds the provider (default: ``make_provider``). eager_ms: its eager time,
+    measured already (``interleaved_ms``); None: ``time_ms`` here."""
     row = dict(
         shape=shape.label,
         tokens=shape.tokens,
@@ -482,7 +525,7 @@ def measure(
             fn = (make or make_provider)(name, shape)
             fn = training_step(fn) if mode == "fwd+bwd" else fn
             check_untouched(name, fn, inputs(), MUTATES.get(name, ()))
-            ms = time_ms(fn, make_inputs=inputs)
+            ms = time_ms(fn, make_inputs=inputs) if eager_ms is None else eager_ms
             graphed = (
                 None if graph_floor_ms is None else graph_ms(fn, make_inputs=inputs)
             )

@@ -11,11 +11,12 @@
 Each row is the median of ``--runs`` passes over every shape (3 by default; a pass
 times each provider once, so a slow moment of the GPU lands on all of them), and keeps
 each pass's times. ``ratio`` is table-free ÷ table: the median of each pass's ratio,
-the two rows of a pass timed one after the other (eager times of host-paced rows drift
-between passes by more than the kernels differ: 2026-12-02, on the H200, one decode
-row's three passes took 0.006, 0.060 and 0.009 ms: the table's forward in
-results/bench_angles_h200.json at ee860b25f5), kept per pass as ``ratio_runs``
-(graphed: ``graph_ratio``, ``graph_ratio_runs``). Decode reads
+kept per pass as ``ratio_runs`` (graphed: ``graph_ratio``, ``graph_ratio_runs``).
+Eagerly, the two rows of a pass are timed in turn, call by call
+(``bench.interleaved_ms``): the eager time of a host-paced row drifts by more than the
+kernels differ, and one after the other was not close enough (2026-12-03, on the H200,
+4x4096 fwd+bwd: the table's seven passes took 0.19 to 0.41 ms, and the passes' ratios
+ranged 0.52 to 1.29: results/bench_angles_h200.json at f17adb9e). Decode reads
 positions near 2**20: the table holds 2**20 + 4096 rows there (512 MiB of fp32 cos
 and sin), which is the case table-free exists for. Without a GPU nothing is timed.
 """
@@ -23,6 +24,7 @@ and sin), which is the case table-free exists for. Without a GPU nothing is time
 import argparse
 import json
 import statistics
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -69,6 +71,21 @@ def make_provider(name: str, shape: bench.Shape):
     raise ValueError(f"name: must be one of {PROVIDERS[1:]}, got {name!r}")
 
 
+def paired_eager_ms(shape: bench.Shape, mode: str) -> dict:
+    """{TABLE: ms, TABLE_FREE: ms}: their eager times, timed in turn call by call; {}
+    if either raises (``bench.measure`` then times it alone and records the error)."""
+    fns = [make_provider(name, shape) for name in (TABLE, TABLE_FREE)]
+    if mode != "fwd":
+        fns = [bench.training_step(fn) for fn in fns]
+    try:
+        times = bench.interleaved_ms(
+            fns, make_inputs=partial(bench.make_inputs, shape, mode)
+        )
+    except Exception:
+        return {}
+    return dict(zip((TABLE, TABLE_FREE), times))
+
+
 def one_pass(shapes, modes, bar) -> list:
     """Every provider on every shape and mode once, the copy floor first."""
     rows = []
@@ -76,12 +93,14 @@ def one_pass(shapes, modes, bar) -> list:
         for mode in modes:
             floor_ms = bench.copy_floor_ms(shape, mode)
             graph_floor_ms = bench.copy_floor_ms(shape, mode, graphed=True)
+            eager = paired_eager_ms(shape, mode)
             for name in PROVIDERS:
                 bar.set_description(f"{shape.label} {mode} {name}")
                 rows.append(
                     bench.measure(
-                        name, shape, mode, floor_ms, graph_floor_ms, make_provider
-                    )
+                        name, shape, mode, floor_ms, graph_floor_ms, make_provider,
+                        eager_ms=eager.get(name),
+                    )  # fmt: skip
                 )
                 bar.update()
     return rows
