@@ -47,7 +47,8 @@ and stores ahead of the next loads.
 - A persistent grid: ``programs_per_sm`` programs an SM, split between q and k by
   their heads. Each walks a contiguous run of its tensor's units, heads fastest, so a
   tile's cos/sin rows are loaded once for all its heads.
-- The next unit is loaded before this one is stored: two units in flight a program.
+- The next unit is loaded before this one is stored: two units in flight a program
+  (the last unit of a run loads nothing more).
   A new tile's cos/sin rows are loaded once the old ones are used for the last time
   (after this unit is computed and stored), so one set is live: compiled for sm_90
   (Triton 3.6, bf16, D = 128, 1024 pairs a tile), 72 registers a thread forward and
@@ -285,9 +286,10 @@ def _forward_walk(
         HAS_POSITIONS, FP64,
     )  # fmt: skip
     for u in range(start, end):
-        # Unit u + 1's loads before unit u's stores (the last unit loads itself again).
+        # Unit u + 1's loads before unit u's stores (past the run's end: masked off).
         nu = tl.minimum(u + 1, end - 1)
         nb, nt, nh, nmask = _unit_rows(nu, N_TILES_T, T, H, WIDE, BLOCK_T, BLOCK_H)
+        nmask = nmask & (u + 1 < end)
         nx1, nx2, nxp = _load_rows(
             x_ptr, sxb, sxt, sxh, sxd, nb, nt, nh, nmask, i, HALF, d_pass, D,
             INTERLEAVED, HAS_PASS,
@@ -525,9 +527,10 @@ def _backward_walk(
         HAS_POSITIONS, FP64,
     )  # fmt: skip
     for u in range(start, end):
-        # Unit u + 1's loads before unit u's stores (the last unit loads itself again).
+        # Unit u + 1's loads before unit u's stores (past the run's end: masked off).
         nu = tl.minimum(u + 1, end - 1)
         nb, nt, nh, nmask = _unit_rows(nu, N_TILES_T, T, H, WIDE, BLOCK_T, BLOCK_H)
+        nmask = nmask & (u + 1 < end)
         nx1, nx2, nxp = _load_rows(
             x_ptr, sxb, sxt, sxh, sxd, nb, nt, nh, nmask, i, HALF, d_pass, D,
             INTERLEAVED, HAS_PASS,
