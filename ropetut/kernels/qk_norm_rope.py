@@ -106,8 +106,10 @@ def _table(
         table_mask = table_mask & (row >= 0) & (row < N_POS)
     else:
         row = t
-    cos = tl.load(cos_ptr + row * s_cos + i, mask=table_mask, other=float("nan"))
-    sin = tl.load(sin_ptr + row * s_cos + i, mask=table_mask, other=float("nan"))
+    cos = tl.load(cos_ptr + row * s_cos + i, mask=table_mask, other=float("nan"),
+                  eviction_policy="evict_last")  # kept in L2 for the next heads
+    sin = tl.load(sin_ptr + row * s_cos + i, mask=table_mask, other=float("nan"),
+                  eviction_policy="evict_last")  # kept in L2 for the next heads
     compute = tl.float64 if FP64 else tl.float32  # one return: the compiler types it
     return cos.to(compute), sin.to(compute)
 
