@@ -10,6 +10,12 @@ any custom Function costs a step here); then each provider's step under cProfile
 functions that hold most of its own time. Chapter 06b measured the fused fwd+bwd
 host-paced on every shape on the H200 (0.66 to 0.87 ms eager against 0.014 to 0.50 ms
 graphed): this says which part of the host's step to cut.
+
+Then the least any autograd.Function can take there: on the first shape of
+``bench.qk_norm.SHAPES``, the eager fwd+bwd ms of the fused step, of the Function that
+launches nothing, and of one that also launches one empty kernel each way (straight to
+the compiled kernel, as ropetut's launches go), taking turns (``bench.interleaved_ms``),
+and each as % of the 5U byte floor (bench-qk-norm's ``pct_floor``).
 """
 
 # ruff: noqa: I001
@@ -17,12 +23,15 @@ import argparse
 import cProfile
 import pstats
 import statistics
+from functools import partial
 
 # ropetut first: on a machine without a GPU it switches Triton to its interpreter
 from ropetut import bench
 from ropetut.bench import qk_norm as bench_qk_norm
+from ropetut.kernels.launch import Plan, kept_launch, launch
 from ropetut.runtime import NO_GPU, on_gpu
 import torch
+import triton
 
 
 class Allocates(torch.autograd.Function):
@@ -40,10 +49,40 @@ class Allocates(torch.autograd.Function):
                 torch.empty_like(w_k))  # fmt: skip
 
 
+@triton.jit
+def _nothing(x_ptr):
+    pass
+
+
+def launch_nothing(x):
+    """One launch of a kernel that does nothing, the way ropetut's kernels launch."""
+    kept = kept_launch(_nothing, "probe", lambda: Plan((1, 1, 1), (), 1))
+    launch(_nothing, kept, (x,))
+
+
+class Launches(Allocates):
+    """``Allocates``, and one empty kernel launched forward and one backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, w_q, w_k):
+        outs = Allocates.forward(ctx, q, k, w_q, w_k)
+        launch_nothing(q)
+        return outs
+
+    @staticmethod
+    def backward(ctx, dq_out, dk_out):
+        grads = Allocates.backward(ctx, dq_out, dk_out)
+        launch_nothing(dq_out)
+        return grads
+
+
+EMPTY, LAUNCHES = "autograd.Function, empty", "autograd.Function, 2 launches"
+
+
 def steps(shape):
     """name -> (fwd+bwd step, its inputs), the providers as ``host_rows`` builds them."""
     out = {}
-    for name in (bench_qk_norm.FUSED, bench_qk_norm.LIGER, "autograd.Function, empty"):
+    for name in (bench_qk_norm.FUSED, bench_qk_norm.LIGER, EMPTY, LAUNCHES):
         if name == bench_qk_norm.LIGER and bench_qk_norm.liger_pair() is None:
             print(f"{name}: {bench_qk_norm.NO_LIGER}")
             continue
@@ -51,7 +90,8 @@ def steps(shape):
             fn, weights = bench_qk_norm.make_provider(name, shape)
         else:
             _, weights = bench_qk_norm.make_provider(bench_qk_norm.FUSED, shape)
-            fn = lambda q, k, w=weights: Allocates.apply(q, k, *w)  # noqa: E731
+            function = Allocates if name == EMPTY else Launches
+            fn = lambda q, k, w=weights, f=function: f.apply(q, k, *w)  # noqa: E731
         out[name] = (bench_qk_norm.training_step(fn, weights),
                      bench.make_inputs(shape, "fwd+bwd"))  # fmt: skip
     return out
@@ -87,6 +127,21 @@ def main():
         profile.disable()
         print(f"\n== {name}: {args.steps} steps under cProfile, by own time")
         pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+    least(bench_qk_norm.SHAPES[0])
+
+
+def least(shape):
+    """Eager fwd+bwd ms and % of the 5U floor: fused against the Functions doing no
+    work, taking turns."""
+    names, built = (bench_qk_norm.FUSED, EMPTY, LAUNCHES), steps(shape)
+    fns = [built[name][0] for name in names]
+    make = partial(bench.make_inputs, shape, "fwd+bwd")
+    floor = bench.copy_floor_ms(shape, "fwd+bwd") * bench_qk_norm.BYTE_FLOOR_OVER_COPY[
+        "fwd+bwd"
+    ]
+    print(f"\n{shape.label}, fwd+bwd eager, taking turns; 5U floor {floor:.3f} ms")
+    for name, ms in zip(names, bench.interleaved_ms(fns, make_inputs=make)):
+        print(f"  {name:32} {ms:7.3f} ms  {100 * floor / ms:4.0f} % of the floor")
 
 
 if __name__ == "__main__":
