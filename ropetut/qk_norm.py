@@ -49,12 +49,12 @@ class QKNormRopeFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dq_out, dk_out):
-        q, k, w_q, w_k, cos, sin, positions = saved_tensors(ctx)
-        rope = ctx.options.rope._replace(cos=cos, sin=sin, positions=positions)
-        options = ctx.options._replace(rope=rope)
+        # (unpacking checks the versions of all seven; ctx.options holds the same
+        # tables and positions, so it is used as it is)
+        q, k, w_q, w_k, *_ = saved_tensors(ctx)
         layout = (dq_out.stride(), dk_out.stride(), dq_out.dtype, dk_out.dtype)
         key = ctx.backward_key if layout == ctx.grad_layout else None
-        grads = norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, options, key)
+        grads = norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, ctx.options, key)
         return (*grads, None)
 
 
@@ -90,8 +90,11 @@ def apply_qk_norm_rope(
        grad (with grad enabled), since the backward needs the q and k it overwrites.
     Returns (q_out, k_out), shaped and laid out like the inputs.
     """
-    wants_grad = torch.is_grad_enabled() and any(
-        getattr(t, "requires_grad", False) for t in (q, k, w_q, w_k)
+    wants_grad = torch.is_grad_enabled() and (  # (no generator: host time)
+        getattr(q, "requires_grad", False)
+        or getattr(k, "requires_grad", False)
+        or getattr(w_q, "requires_grad", False)
+        or getattr(w_k, "requires_grad", False)
     )
     q4, k4, options = check_qk_norm_args(
         q,

@@ -3,7 +3,8 @@
 - ``check_qk_norm_args``: ``validate.check_rope_args`` for q, k, the tables and
   positions, then the weights, eps and weight_offset; ``TypeError``/``ValueError``
   naming the argument, before anything is written. It never reads a tensor's values
-  (no wait for the GPU).
+  (no wait for the GPU). A plain call is checked in full once per key, which the
+  launches then keep their plans under (host time: issue 25's eager fwd+bwd).
 - ``torch.ops.ropetut.qk_norm_rope``: out of place, returns (q_out, k_out),
   differentiable once in q, k, w_q and w_k (its backward is the operator
   ``qk_norm_rope_backward``, itself not differentiable);
@@ -17,6 +18,7 @@ it as one opaque node. q and k are (B, T, H, D) views, any strides;
 kernels' launchers directly otherwise.
 """
 
+import itertools
 import math
 from typing import NamedTuple, Optional
 
@@ -24,12 +26,14 @@ import torch
 from torch import Tensor
 
 from .kernels import FLOAT_DTYPES, QK_NORM_ROPE, RopeOptions
+from .kernels import qk_norm_rope as launcher  # FORWARD, BACKWARD: read on every call
 from .kernels.qk_norm_rope import (
     backward_key,
     qk_norm_rope_backward,
     qk_norm_rope_forward,
 )
-from .validate import check_no_overlap, check_rope_args
+from .validate import _as_bthd, check_no_overlap, check_rope_args
+from .validate import _plain_key as _plain_rope_key
 
 
 class QKNormOptions(NamedTuple):
@@ -38,6 +42,11 @@ class QKNormOptions(NamedTuple):
     rope: RopeOptions  # tables, positions, pairs, rotary_dim, inplace
     eps: float
     weight_offset: float  # 1.0: Gemma's (1 + w)
+    # a plain call's token, one per ``_plain_key``, which holds all that both launches'
+    # plans depend on (outputs and gradients laid out like q and k): they are kept
+    # under it (an int hashes faster than the key). None: each launch computes its own
+    # ``launch_key``
+    key: Optional[int] = None
 
 
 def check_qk_norm_args(
@@ -58,9 +67,26 @@ def check_qk_norm_args(
     wants_grad=False,
 ):
     """Validate everything; returns (q, k, options) with q, k as (B, T, H, D) views.
-    wants_grad: autograd will record this call, which in place refuses."""
+    wants_grad: autograd will record this call, which in place refuses.
+
+    A plain call (``_plain_key``) is checked in full once per key: a call with a key
+    that passed every check skips to the result, as ``validate.check_rope_args``
+    does."""
     if not isinstance(k, torch.Tensor):
         raise TypeError(f"k: must be a torch.Tensor, got {type(k).__name__}")
+    key = _plain_key(
+        q, k, w_q, w_k, cos, sin, positions, eps, interleaved, rotary_dim, inplace,
+        weight_offset, layout,
+    )  # fmt: skip
+    passed = None if key is None else _PASSED.get(key)
+    if passed is not None:
+        R, token = passed
+        rope = RopeOptions(
+            cos.contiguous(), sin.contiguous(), None, interleaved, R, False,
+            QK_NORM_ROPE,
+        )  # fmt: skip
+        options = QKNormOptions(rope, float(eps), float(weight_offset), token)
+        return _as_bthd(q, layout), _as_bthd(k, layout), options
     q4, k4, rope = check_rope_args(
         q,
         k,
@@ -97,7 +123,49 @@ def check_qk_norm_args(
         )
     if inplace:
         check_no_overlap(q4, k4, (("w_q", w_q), ("w_k", w_k)))
-    return q4, k4, QKNormOptions(rope, float(eps), float(weight_offset))
+    token = None
+    if key is not None:
+        if len(_PASSED) >= 1024:  # a bound for callers that never repeat a shape
+            _PASSED.clear()
+        token = next(_TOKENS)
+        _PASSED[key] = rope.rotary_dim, token
+    return q4, k4, QKNormOptions(rope, float(eps), float(weight_offset), token)
+
+
+# _plain_key -> (the resolved rotary_dim, the key's token) of a plain call that passed
+# every check. Tokens are never reused, so a plan kept under one is the key's alone
+_PASSED = {}
+_TOKENS = itertools.count()
+
+
+def _plain_key(
+    q, k, w_q, w_k, cos, sin, positions, eps, interleaved, rotary_dim, inplace,
+    weight_offset, layout,
+):  # fmt: skip
+    """``validate._plain_key`` for q, k and the tables, and what the weights' and the
+    scalars' checks read: the weights' shapes, dtypes and devices, eps and
+    weight_offset. That is also all that the launches' plans depend on, with outputs
+    and gradients laid out like q and k (``launch_key``; the tuning is added at each
+    launch). None for a call that is not plain: validate's rules, or a weight that is
+    not a plain tensor, or a scalar that is not an int or a float."""
+    tensor, numbers = torch.Tensor, (float, int)
+    if (
+        type(w_q) is not tensor
+        or type(w_k) is not tensor
+        or type(eps) not in numbers
+        or type(weight_offset) not in numbers
+    ):
+        return None
+    rope_key = _plain_rope_key(
+        q, k, cos, sin, positions, QK_NORM_ROPE, rotary_dim, interleaved, inplace,
+        layout, False,
+    )  # fmt: skip
+    if rope_key is None:
+        return None
+    return (
+        rope_key, w_q.shape, w_q.dtype, w_q.device, w_k.shape, w_k.dtype, w_k.device,
+        eps, weight_offset,
+    )  # fmt: skip
 
 
 def norm_rotate(q, k, w_q, w_k, options: QKNormOptions):
@@ -108,9 +176,11 @@ def norm_rotate(q, k, w_q, w_k, options: QKNormOptions):
     q_out, k_out = (
         (q, k) if rope.inplace else (torch.empty_like(q), torch.empty_like(k))
     )
+    key = None if options.key is None else (options.key, launcher.FORWARD)
     qk_norm_rope_forward(
-        q, k, w_q, w_k, rope.cos, rope.sin, q_out, k_out, **_kernel_options(options)
-    )
+        q, k, w_q, w_k, rope.cos, rope.sin, q_out, k_out, key=key,
+        **_kernel_options(options),
+    )  # fmt: skip
     if rope.inplace:
         torch.autograd.graph.increment_version((q, k))
     return q_out, k_out
@@ -132,7 +202,10 @@ def norm_rotate_backward(
 def prepare_backward(q, k, w_q, w_k, q_out, k_out, options: QKNormOptions):
     """The backward's launch key, computed in the forward for gradients laid out like
     q_out and k_out (strides and dtypes): autograd runs the backward on a thread where
-    the same Python costs several times more (chapter 6)."""
+    the same Python costs several times more (chapter 6). A plain call's: its key,
+    with ``BACKWARD`` as it is now."""
+    if options.key is not None:
+        return options.key, launcher.BACKWARD
     rope = options.rope
     return backward_key(
         q, k, w_q, w_k, rope.cos, rope.sin, q_out, k_out, **_kernel_options(options)

@@ -430,6 +430,75 @@ def test_in_place_on_views_of_one_projection():
     assert torch.equal(q, expected[0]) and torch.equal(k, expected[1])
 
 
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_inputs_are_refused_after_a_good_call_of_the_same_shapes(case):
+    """A plain call is checked in full once per key (host time): out of place, right
+    after a good call of the same shapes, every refusal still holds."""
+    changes, error, name = BAD_INPUTS[case]
+    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+    ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin)
+    args = dict(q=q, k=k, w_q=w_q, w_k=w_k, cos=cos, sin=sin)
+    kwargs = {}
+    special = {
+        "short": w_k[:-2],
+        "int": w_q.long(),
+        "2d": w_k[None],
+        "d8": k[..., :8],
+        "h3": randn(B, T, 3, D),
+        "narrow": cos[:, :-1],
+        "float": torch.zeros(T, device=ropetut.DEVICE),
+    }
+    for key, value in changes.items():
+        value = special.get(value, value) if isinstance(value, str) else value
+        (args if key in args else kwargs)[key] = value
+    with pytest.raises(error, match=name):
+        ropetut.apply_qk_norm_rope(*args.values(), **kwargs)
+
+
+def test_a_repeated_plain_call_skips_the_checks_and_keys_it_passed(monkeypatch):
+    """Host time: the second plain call of the same key checks nothing again and
+    computes no launch key (both are made to raise, and the call still gives the same
+    result, gradients too); a call of another key checks again."""
+    from ropetut import qk_norm_op
+
+    monkeypatch.setattr(qk_norm_op, "_PASSED", {})  # (earlier tests passed other keys)
+    q, k, w_q, w_k, cos, sin, _ = make_case("GQA 6/2")
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    grads_out = (randn(*q.shape), randn(*k.shape))
+
+    def step():
+        out = ropetut.apply_qk_norm_rope(*inputs, cos, sin)
+        return (*out, *torch.autograd.grad(out, inputs, grads_out))
+
+    first = step()
+    monkeypatch.setattr(qk_norm_op, "check_rope_args", lambda *a, **kw: 1 / 0)
+    monkeypatch.setattr(qk_norm_rope, "launch_key", lambda *a, **kw: 1 / 0)
+    for a, b in zip(first, step()):
+        assert torch.equal(a, b)
+    with pytest.raises(ZeroDivisionError):  # another key: interleaved pairs
+        ropetut.apply_qk_norm_rope(*inputs, cos, sin, interleaved=True)
+
+
+def test_a_plain_calls_launches_follow_a_retuned_module(monkeypatch):
+    """The plans of a plain call are kept under its token and the module's ``FORWARD``
+    or ``BACKWARD`` as they are at the call: a sweep that assigns them gets plans of
+    its own."""
+    q, k, w_q, w_k, cos, sin, _ = make_case("GQA 6/2")
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    grads_out = (randn(*q.shape), randn(*k.shape))
+    planned = []
+    plan = qk_norm_rope._plan
+    monkeypatch.setattr(
+        qk_norm_rope, "_plan", lambda *args: planned.append(args[-1]) or plan(*args)
+    )
+    for tuning in (qk_norm_rope.Tuning(64, 2, 1), qk_norm_rope.Tuning(32, 1, 3)):
+        monkeypatch.setattr(qk_norm_rope, "FORWARD", tuning)
+        monkeypatch.setattr(qk_norm_rope, "BACKWARD", tuning._replace(num_warps=4))
+        out = ropetut.apply_qk_norm_rope(*inputs, cos, sin)
+        torch.autograd.grad(out, inputs, grads_out)
+        assert planned[-2:] == [tuning, tuning._replace(num_warps=4)]
+
+
 @pytest.mark.parametrize("needs_grad", ["q", "k", "w_q", "w_k"])
 def test_in_place_is_refused_when_a_gradient_is_needed(needs_grad):
     """Forward only: the backward needs q and k, which in place overwrites."""

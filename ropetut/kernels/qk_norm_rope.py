@@ -829,28 +829,36 @@ def qk_norm_rope_forward(
     interleaved,
     rotary_dim,
     weight_offset,
+    key=None,
     **tuning,
 ):
     """q, q_out: (B, T, Hq, D); k, k_out: (B, T, Hkv, D); any strides; q_out may be q
     (and k_out k): in place. w_q, w_k: (D,). cos, sin: (n_positions, rotary_dim/2),
-    contiguous. positions: None or (B, T) integers. tuning: overrides of ``FORWARD``'s
-    fields. Returns (q_out, k_out)."""
+    contiguous. positions: None or (B, T) integers. key: a key that holds everything
+    this launch's plan depends on, its ``Tuning`` last (``qk_norm_op``'s plain calls):
+    the launch is kept under it, and no ``launch_key`` is computed; give a key or
+    tuning, not both. tuning: overrides of ``FORWARD``'s fields. Returns (q_out,
+    k_out)."""
+    if key is not None and tuning:
+        raise ValueError(f"key: holds its own Tuning, but tuning {tuning} was given")
     w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
     if q.shape[0] * q.shape[1] == 0:
         return q_out, k_out
     kernel = qk_norm_rope_fwd_kernel
-    tuning = FORWARD._replace(**tuning) if tuning else FORWARD
-    key = launch_key(
-        kernel, q, k, q_out, k_out, w_q, w_k, cos, sin, positions, eps=eps,
-        interleaved=interleaved, rotary_dim=rotary_dim, weight_offset=weight_offset,
-        tuning=tuning,
-    )  # fmt: skip
+    if key is None:
+        key = launch_key(
+            kernel, q, k, q_out, k_out, w_q, w_k, cos, sin, positions, eps=eps,
+            interleaved=interleaved, rotary_dim=rotary_dim,
+            weight_offset=weight_offset,
+            tuning=FORWARD._replace(**tuning) if tuning else FORWARD,
+        )  # fmt: skip
     kept = kept_launch(
         kernel,
         key,
+        # the key's last field is the Tuning it was computed with
         lambda: _plan(
             q, k, (q_out, k_out), cos, positions, rotary_dim, interleaved, eps,
-            weight_offset, tuning,
+            weight_offset, key[-1],
         ),  # fmt: skip
     )
     pos = q if positions is None else positions  # a placeholder pointer, never read
@@ -879,9 +887,9 @@ def qk_norm_rope_backward(
     """The gradients of ``qk_norm_rope_forward`` (out of place) for output gradients
     dq_out, dk_out (any strides). q, k: the forward's inputs. key: this call's
     ``launch_key`` (``backward_key`` computes it ahead, with ``BACKWARD`` as it is
-    then): give a key or tuning, not both. tuning: overrides of ``BACKWARD``'s
-    fields. Returns (dq, dk,
-    dw_q, dw_k): dq, dk laid out like q and k, dw_q and dw_k in the weights' dtypes."""
+    then), or a key as the forward's: give a key or tuning, not both. tuning:
+    overrides of ``BACKWARD``'s fields. Returns (dq, dk, dw_q, dw_k): dq, dk laid out
+    like q and k, dw_q and dw_k in the weights' dtypes."""
     if key is not None and tuning:
         raise ValueError(f"key: holds its own Tuning, but tuning {tuning} was given")
     w_q, w_k = w_q.contiguous(), w_k.contiguous()  # the kernel reads unit strides
@@ -912,7 +920,7 @@ def qk_norm_rope_backward(
     pos = q if positions is None else positions
     pointers = (q, k, dq_out, dk_out, dq, dk, w_q, w_k, dw_part, cos, sin, pos)
     launch(kernel, kept, pointers)
-    dw_q, dw_k = dw_part.split(kept.plan.programs)
+    dw_q, dw_k = dw_part[:q_programs], dw_part[q_programs:]  # (slices: less host time)
     return dq, dk, dw_q.sum(0).to(w_q.dtype), dw_k.sum(0).to(w_k.dtype)
 
 
