@@ -13,9 +13,12 @@ graphed): this says which part of the host's step to cut.
 
 Then the least any autograd.Function can take there: on the first shape of
 ``bench.qk_norm.SHAPES``, the eager fwd+bwd ms of the fused step, of the Function that
-launches nothing, and of one that also launches one empty kernel each way (straight to
-the compiled kernel, as ropetut's launches go), taking turns (``bench.interleaved_ms``),
-and each as % of the 5U byte floor (bench-qk-norm's ``pct_floor``).
+launches nothing, of one that also launches one empty kernel each way (straight to
+the compiled kernel, as ropetut's launches go), and of one that launches the fused
+kernels with the least Python around them (``Bare``: no checks, options fixed ahead,
+the launchers called with their keys), taking turns (``bench.interleaved_ms``), and
+each as % of the 5U byte floor (bench-qk-norm's ``pct_floor``). ``Bare`` bounds what
+cutting ropetut's own host time could still give.
 """
 
 # ruff: noqa: I001
@@ -28,8 +31,10 @@ from functools import partial
 # ropetut first: on a machine without a GPU it switches Triton to its interpreter
 from ropetut import bench
 from ropetut.bench import qk_norm as bench_qk_norm
+from ropetut.kernels import qk_norm_rope
 from ropetut.kernels.launch import Plan, kept_launch, launch
-from ropetut.runtime import NO_GPU, on_gpu
+from ropetut.runtime import DEVICE, NO_GPU, on_gpu
+from ropetut.tables import rope_tables, standard
 import torch
 import triton
 
@@ -76,18 +81,58 @@ class Launches(Allocates):
         return grads
 
 
+class Bare(torch.autograd.Function):
+    """The fused kernels and nothing else: ``fixed`` holds the tables, the launchers'
+    options and both launch keys, made once per shape (``bare``)."""
+
+    @staticmethod
+    def forward(ctx, q, k, w_q, w_k, fixed):
+        cos, sin, options, forward_key, backward_key = fixed
+        ctx.save_for_backward(q, k, w_q, w_k)
+        ctx.fixed = fixed
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        qk_norm_rope.qk_norm_rope_forward(
+            q, k, w_q, w_k, cos, sin, q_out, k_out, key=forward_key, **options
+        )
+        return q_out, k_out
+
+    @staticmethod
+    def backward(ctx, dq_out, dk_out):
+        q, k, w_q, w_k = ctx.saved_tensors
+        cos, sin, options, _, backward_key = ctx.fixed
+        grads = qk_norm_rope.qk_norm_rope_backward(
+            q, k, w_q, w_k, cos, sin, dq_out, dk_out, key=backward_key, **options
+        )
+        return (*grads, None)
+
+
+def bare(shape, weights):
+    """``Bare`` at shape: fn(q, k), tables as ``make_provider`` builds them."""
+    cos, sin = rope_tables(standard(shape.D), shape.T, device=DEVICE)
+    options = dict(positions=None, eps=bench_qk_norm.EPS, interleaved=False,
+                   rotary_dim=shape.D, weight_offset=0.0)  # fmt: skip
+    keys = [("probe: bare", shape.label, t) for t in (qk_norm_rope.FORWARD,
+                                                qk_norm_rope.BACKWARD)]  # fmt: skip
+    fixed = (cos, sin, options, *keys)
+    return lambda q, k: Bare.apply(q, k, *weights, fixed)
+
+
 EMPTY, LAUNCHES = "autograd.Function, empty", "autograd.Function, 2 launches"
+BARE = "autograd.Function, bare kernels"
 
 
 def steps(shape):
     """name -> (fwd+bwd step, its inputs), the providers as ``host_rows`` builds them."""
     out = {}
-    for name in (bench_qk_norm.FUSED, bench_qk_norm.LIGER, EMPTY, LAUNCHES):
+    for name in (bench_qk_norm.FUSED, bench_qk_norm.LIGER, EMPTY, LAUNCHES, BARE):
         if name == bench_qk_norm.LIGER and bench_qk_norm.liger_pair() is None:
             print(f"{name}: {bench_qk_norm.NO_LIGER}")
             continue
         if name in (bench_qk_norm.FUSED, bench_qk_norm.LIGER):
             fn, weights = bench_qk_norm.make_provider(name, shape)
+        elif name == BARE:
+            _, weights = bench_qk_norm.make_provider(bench_qk_norm.FUSED, shape)
+            fn = bare(shape, weights)
         else:
             _, weights = bench_qk_norm.make_provider(bench_qk_norm.FUSED, shape)
             function = Allocates if name == EMPTY else Launches
@@ -133,7 +178,7 @@ def main():
 def least(shape):
     """Eager fwd+bwd ms and % of the 5U floor: fused against the Functions doing no
     work, taking turns."""
-    names, built = (bench_qk_norm.FUSED, EMPTY, LAUNCHES), steps(shape)
+    names, built = (bench_qk_norm.FUSED, BARE, EMPTY, LAUNCHES), steps(shape)
     fns = [built[name][0] for name in names]
     make = partial(bench.make_inputs, shape, "fwd+bwd")
     floor = bench.copy_floor_ms(shape, "fwd+bwd") * bench_qk_norm.BYTE_FLOOR_OVER_COPY[
