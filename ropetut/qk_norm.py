@@ -34,7 +34,8 @@ class QKNormRopeFunction(torch.autograd.Function):
 
     The forward computes the backward's launch key ahead (``prepare_backward``), for
     gradients laid out like q_out and k_out, as ``RopeFunction`` does for ``final``;
-    gradients laid out otherwise get their own key in the backward."""
+    gradients laid out otherwise, or q and k that saved-tensor hooks gave back laid
+    out otherwise, get their own key in the backward."""
 
     @staticmethod
     def forward(ctx, q, k, w_q, w_k, options: QKNormOptions):
@@ -42,19 +43,27 @@ class QKNormRopeFunction(torch.autograd.Function):
         save_for_backward(ctx, q, k, w_q, w_k, rope.cos, rope.sin, rope.positions)
         ctx.options = options
         q_out, k_out = norm_rotate(q, k, w_q, w_k, options)
-        ctx.grad_layout = (q_out.stride(), k_out.stride(), q_out.dtype, k_out.dtype)
+        ctx.grad_layout = (q.stride(), k.stride(), q_out.stride(), k_out.stride(),
+                           q_out.dtype, k_out.dtype)  # fmt: skip
         ctx.backward_key = prepare_backward(q, k, w_q, w_k, q_out, k_out, options)
         return q_out, k_out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dq_out, dk_out):
-        # (unpacking checks the versions of all seven; ctx.options holds the same
-        # tables and positions, so it is used as it is)
-        q, k, w_q, w_k, *_ = saved_tensors(ctx)
-        layout = (dq_out.stride(), dk_out.stride(), dq_out.dtype, dk_out.dtype)
+        q, k, w_q, w_k, cos, sin, positions = saved_tensors(ctx)
+        options, rope = ctx.options, ctx.options.rope
+        # the saved tables and positions are the forward's own tensors unless
+        # saved-tensor hooks made copies: then the copies are what the forward read
+        if not (cos is rope.cos and sin is rope.sin and positions is rope.positions):
+            rope = rope._replace(cos=cos, sin=sin, positions=positions)
+            options = options._replace(rope=rope)
+        # the key assumed q and k as the forward had them (a hook may lay them out
+        # anew) and gradients laid out like the outputs
+        layout = (q.stride(), k.stride(), dq_out.stride(), dk_out.stride(),
+                  dq_out.dtype, dk_out.dtype)  # fmt: skip
         key = ctx.backward_key if layout == ctx.grad_layout else None
-        grads = norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, ctx.options, key)
+        grads = norm_rotate_backward(q, k, w_q, w_k, dq_out, dk_out, options, key)
         return (*grads, None)
 
 

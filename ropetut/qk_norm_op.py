@@ -146,12 +146,13 @@ def _plain_key(
     scalars' checks read: the weights' shapes, dtypes and devices, eps and
     weight_offset. That is also all that the launches' plans depend on, with outputs
     and gradients laid out like q and k (``launch_key``; the tuning is added at each
-    launch). None for a call that is not plain: validate's rules, or a weight that is
-    not a plain tensor, or a scalar that is not an int or a float."""
-    tensor, numbers = torch.Tensor, (float, int)
+    launch; the SMs are the device's). None for a call that is not plain: validate's
+    rules, or a weight that is neither a plain tensor nor a module's ``nn.Parameter``,
+    or a scalar that is not an int or a float."""
+    weights, numbers = (torch.Tensor, torch.nn.Parameter), (float, int)
     if (
-        type(w_q) is not tensor
-        or type(w_k) is not tensor
+        type(w_q) not in weights
+        or type(w_k) not in weights
         or type(eps) not in numbers
         or type(weight_offset) not in numbers
     ):

@@ -479,6 +479,20 @@ def test_a_repeated_plain_call_skips_the_checks_and_keys_it_passed(monkeypatch):
         ropetut.apply_qk_norm_rope(*inputs, cos, sin, interleaved=True)
 
 
+def test_the_modules_calls_are_plain(monkeypatch):
+    """``QKNormRotary``'s weights are ``nn.Parameter``s and its tables buffers: its
+    second call of the same shapes checks nothing again either."""
+    from ropetut import qk_norm_op
+
+    monkeypatch.setattr(qk_norm_op, "_PASSED", {})
+    rope = ropetut.QKNormRotary(D, 2 * T).to(ropetut.DEVICE)
+    q, k = randn(B, T, HQ, D), randn(B, T, HK, D)
+    first = rope(q, k)
+    monkeypatch.setattr(qk_norm_op, "check_rope_args", lambda *a, **kw: 1 / 0)
+    for a, b in zip(first, rope(q, k)):
+        assert torch.equal(a, b)
+
+
 def test_a_plain_calls_launches_follow_a_retuned_module(monkeypatch):
     """The plans of a plain call are kept under its token and the module's ``FORWARD``
     or ``BACKWARD`` as they are at the call: a sweep that assigns them gets plans of
@@ -793,6 +807,46 @@ def test_tables_and_positions_are_saved_for_the_backward(written):
     {"cos": cos, "positions": opts["positions"]}[written].add_(1)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         torch.autograd.backward((q_out, k_out), (randn(*q.shape), randn(*k.shape)))
+
+
+def test_the_backward_reads_what_saved_tensor_hooks_saved():
+    """Under hooks that save copies, autograd checks no versions: a write to the
+    tables after the forward must not reach the backward, which turns by the angles
+    the forward saved (the same gradients as without hooks, bit for bit)."""
+    q, k, w_q, w_k, cos, sin, _ = make_case("GQA 6/2")
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    grads_out = randn(*q.shape), randn(*k.shape)
+    expected = _grads_of(
+        lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin), inputs, grads_out
+    )
+    with torch.autograd.graph.saved_tensors_hooks(torch.clone, lambda t: t):
+        out = ropetut.apply_qk_norm_rope(*inputs, cos, sin)
+    cos.mul_(0.5), sin.mul_(-1)
+    for name, g, e in zip(NAMES[2:], torch.autograd.grad(out, inputs, grads_out),
+                          expected):  # fmt: skip
+        assert torch.equal(g, e), name
+
+
+def test_the_backward_follows_q_and_k_that_hooks_laid_out_anew():
+    """q and k are views with gaps (one projection's columns); hooks that save them
+    contiguous give the backward other strides than the forward saw: its launch plan
+    must follow them (the same gradients as without hooks, bit for bit)."""
+    qk = randn(B, T, HQ + HK, D)
+    q, k = qk[:, :, :HQ].detach(), qk[:, :, HQ:].detach()
+    _, _, w_q, w_k, cos, sin, _ = make_case("default")
+    inputs = [t.requires_grad_() for t in (q, k, w_q, w_k)]
+    grads_out = randn(*q.shape), randn(*k.shape)
+    expected = _grads_of(
+        lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin), inputs, grads_out
+    )
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: t.contiguous(), lambda t: t
+    ):
+        got = _grads_of(
+            lambda *x: ropetut.apply_qk_norm_rope(*x, cos, sin), inputs, grads_out
+        )
+    for name, g, e in zip(NAMES[2:], got, expected):
+        assert torch.equal(g, e), name
 
 
 def test_inference_tables_and_positions_are_kept():
