@@ -3,8 +3,8 @@
 - ``check_qk_norm_args``: ``validate.check_rope_args`` for q, k, the tables and
   positions, then the weights, eps and weight_offset; ``TypeError``/``ValueError``
   naming the argument, before anything is written. It never reads a tensor's values
-  (no wait for the GPU). A plain call is checked in full once per key, which the
-  launches then keep their plans under (host time: issue 25's eager fwd+bwd).
+  (no wait for the GPU). A plain call is checked in full once per key, whose token
+  the launches then keep their plans under (host time: issue 25's eager fwd+bwd).
 - ``torch.ops.ropetut.qk_norm_rope``: out of place, returns (q_out, k_out),
   differentiable once in q, k, w_q and w_k (its backward is the operator
   ``qk_norm_rope_backward``, itself not differentiable);
@@ -46,7 +46,7 @@ class QKNormOptions(NamedTuple):
     # plans depend on (outputs and gradients laid out like q and k): they are kept
     # under it (an int hashes faster than the key). None: each launch computes its own
     # ``launch_key``
-    key: Optional[int] = None
+    token: Optional[int] = None
 
 
 def check_qk_norm_args(
@@ -177,7 +177,7 @@ def norm_rotate(q, k, w_q, w_k, options: QKNormOptions):
     q_out, k_out = (
         (q, k) if rope.inplace else (torch.empty_like(q), torch.empty_like(k))
     )
-    key = None if options.key is None else (options.key, launcher.FORWARD)
+    key = None if options.token is None else (options.token, launcher.FORWARD)
     qk_norm_rope_forward(
         q, k, w_q, w_k, rope.cos, rope.sin, q_out, k_out, key=key,
         **_kernel_options(options),
@@ -205,8 +205,8 @@ def prepare_backward(q, k, w_q, w_k, q_out, k_out, options: QKNormOptions):
     q_out and k_out (strides and dtypes): autograd runs the backward on a thread where
     the same Python costs several times more (chapter 6). A plain call's: its key,
     with ``BACKWARD`` as it is now."""
-    if options.key is not None:
-        return options.key, launcher.BACKWARD
+    if options.token is not None:
+        return options.token, launcher.BACKWARD
     rope = options.rope
     return backward_key(
         q, k, w_q, w_k, rope.cos, rope.sin, q_out, k_out, **_kernel_options(options)

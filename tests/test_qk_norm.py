@@ -374,12 +374,9 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("case", BAD_INPUTS)
-def test_bad_inputs_raise_naming_the_argument_before_any_write(case):
-    changes, error, name = BAD_INPUTS[case]
-    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+def _bad_call(changes, q, k, w_q, w_k, cos, sin, **kwargs):
+    """The arguments and keywords of a call with one of BAD_INPUTS' changes made."""
     args = dict(q=q, k=k, w_q=w_q, w_k=w_k, cos=cos, sin=sin)
-    kwargs = dict(inplace=True)
     special = {
         "short": w_k[:-2],
         "int": w_q.long(),
@@ -392,9 +389,17 @@ def test_bad_inputs_raise_naming_the_argument_before_any_write(case):
     for key, value in changes.items():
         value = special.get(value, value) if isinstance(value, str) else value
         (args if key in args else kwargs)[key] = value
+    return args.values(), kwargs
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_inputs_raise_naming_the_argument_before_any_write(case):
+    changes, error, name = BAD_INPUTS[case]
+    q, k, w_q, w_k, cos, sin, _ = make_case("default")
+    args, kwargs = _bad_call(changes, q, k, w_q, w_k, cos, sin, inplace=True)
     q_before, k_before = q.clone(), k.clone()
     with pytest.raises(error, match=name):
-        ropetut.apply_qk_norm_rope(*args.values(), **kwargs)
+        ropetut.apply_qk_norm_rope(*args, **kwargs)
     assert torch.equal(q, q_before) and torch.equal(k, k_before)
 
 
@@ -437,22 +442,9 @@ def test_bad_inputs_are_refused_after_a_good_call_of_the_same_shapes(case):
     changes, error, name = BAD_INPUTS[case]
     q, k, w_q, w_k, cos, sin, _ = make_case("default")
     ropetut.apply_qk_norm_rope(q, k, w_q, w_k, cos, sin)
-    args = dict(q=q, k=k, w_q=w_q, w_k=w_k, cos=cos, sin=sin)
-    kwargs = {}
-    special = {
-        "short": w_k[:-2],
-        "int": w_q.long(),
-        "2d": w_k[None],
-        "d8": k[..., :8],
-        "h3": randn(B, T, 3, D),
-        "narrow": cos[:, :-1],
-        "float": torch.zeros(T, device=ropetut.DEVICE),
-    }
-    for key, value in changes.items():
-        value = special.get(value, value) if isinstance(value, str) else value
-        (args if key in args else kwargs)[key] = value
+    args, kwargs = _bad_call(changes, q, k, w_q, w_k, cos, sin)
     with pytest.raises(error, match=name):
-        ropetut.apply_qk_norm_rope(*args.values(), **kwargs)
+        ropetut.apply_qk_norm_rope(*args, **kwargs)
 
 
 def test_a_repeated_plain_call_skips_the_checks_and_keys_it_passed(monkeypatch):
