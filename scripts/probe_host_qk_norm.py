@@ -1,4 +1,4 @@
-"""Where the fused QK-norm's forward+backward host time goes (GPU): issue 25's eager gap.
+"""Where the fused QK-norm's fwd+bwd host time goes (GPU): issue 25's eager gap.
 
     python scripts/probe_host_qk_norm.py [--steps 500] [--top 20]
 
@@ -111,8 +111,8 @@ def bare(shape, weights):
     cos, sin = rope_tables(standard(shape.D), shape.T, device=DEVICE)
     options = dict(positions=None, eps=bench_qk_norm.EPS, interleaved=False,
                    rotary_dim=shape.D, weight_offset=0.0)  # fmt: skip
-    keys = [("probe: bare", shape.label, t) for t in (qk_norm_rope.FORWARD,
-                                                qk_norm_rope.BACKWARD)]  # fmt: skip
+    tunings = (qk_norm_rope.FORWARD, qk_norm_rope.BACKWARD)
+    keys = [("probe: bare", shape.label, tuning) for tuning in tunings]
     fixed = (cos, sin, options, *keys)
     return lambda q, k: Bare.apply(q, k, *weights, fixed)
 
@@ -122,9 +122,10 @@ BARE = "autograd.Function, bare kernels"
 
 
 def steps(shape):
-    """name -> (fwd+bwd step, its inputs), the providers as ``host_rows`` builds them."""
+    """name -> (fwd+bwd step, its inputs), each provider as ``host_rows`` builds it."""
     out = {}
-    for name in (bench_qk_norm.FUSED, bench_qk_norm.LIGER, EMPTY, LAUNCHES, BARE):
+    names = (bench_qk_norm.FUSED, bench_qk_norm.LIGER, EMPTY, LAUNCHES, BARE)
+    for name in names:
         if name == bench_qk_norm.LIGER and bench_qk_norm.liger_pair() is None:
             print(f"{name}: {bench_qk_norm.NO_LIGER}")
             continue
